@@ -1,0 +1,70 @@
+use std::time::Duration;
+
+use crate::storage::StorageError;
+
+/// Everything the lock API can fail with. Busy-and-timed-out is **not** an error (`Ok(None)`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock name (or the key a normalizer made of it) is unusable. Raised before any storage
+    /// call.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The offending name (truncated to 80 characters).
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An option is out of range. Raised before any storage call.
+    #[error("invalid option `{option}`: {reason}")]
+    InvalidOptions {
+        /// The option's name.
+        option: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The lease cannot be represented as a deadline on this platform. The lock had been granted
+    /// and was released before this error was returned.
+    #[error("lease of {lease:?} is too long to represent as a deadline")]
+    LeaseOutOfRange {
+        /// The requested lease.
+        lease: Duration,
+    },
+    /// The acquisition's cancellation token fired while waiting. Existing holders are unaffected.
+    #[error("lock acquisition was cancelled")]
+    Cancelled,
+    /// The storage refused to serve as a lock backend (see [`crate::StorageLockBuilder::skip_capability_check`]).
+    #[error("storage {storage} cannot back a lock safely: {missing}")]
+    Unsafe {
+        /// The storage's name.
+        storage: String,
+        /// The missing capability.
+        missing: &'static str,
+    },
+    /// The owner does not hold the lock (reentrant API).
+    #[error("lock {name:?} is not held by this owner")]
+    NotHeld {
+        /// The lock name.
+        name: String,
+    },
+    /// The storage failed; for acquisitions, anything the storage may have granted is being
+    /// released in the background.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl LockError {
+    pub(crate) fn invalid_name(name: &str, reason: &'static str) -> Self {
+        Self::InvalidName {
+            name: name.chars().take(80).collect(),
+            reason,
+        }
+    }
+
+    pub(crate) fn invalid_option(option: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidOptions {
+            option,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,381 @@
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::LockError;
+
+/// The result of [`LockHandle::try_renew`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewalResult {
+    /// Still held; the fencing token is unchanged.
+    Renewed {
+        /// The new authoritative expiry (storage clock).
+        expires_at: SystemTime,
+    },
+    /// Not held (any more). Unless the handle had been released normally, it is now lost.
+    Lost,
+}
+
+/// The provider side of a [`LockHandle`]: how to renew and release one hold.
+///
+/// The handle owns the state machine (held → released | lost), the local deadline, the `lost()`
+/// signal, the watchdog and release-on-drop; a provider only does the I/O.
+#[async_trait]
+pub trait HoldBackend: Send + Sync + 'static {
+    /// Extends the hold by `lease`. `Ok(Some(expiry))` if the storage confirmed the hold,
+    /// `Ok(None)` if it is not held; errors mean "unknown" (the handle treats them fail-closed).
+    async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError>;
+    /// Releases the hold (no-op if not held).
+    async fn release(&self) -> Result<(), LockError>;
+    /// Called once when the handle turns lost.
+    fn on_lost(&self) {}
+}
+
+/// The safety margin subtracted from a lease to get the handle's **local deadline**:
+/// 1 % of the lease (the clock-rate drift bound between holder and storage) plus 2 ms (the
+/// millisecond rounding of stored timestamps), at most half the lease.
+///
+/// The local deadline starts from a monotonic instant taken *before* the acquire/renew request
+/// was sent, so it always falls before the storage's expiry (which the storage computed later,
+/// from its own clock) as long as the clocks' rates differ by less than 1 %.
+pub fn safety_margin(lease: Duration) -> Duration {
+    (lease / 100 + Duration::from_millis(2)).min(lease / 2)
+}
+
+/// One hold of a lock.
+///
+/// States: **held** → **released** (by [`LockHandle::release`] or drop) or **lost** (local
+/// deadline passed, renewal not confirmed). Both are terminal; a handle never re-acquires.
+///
+/// Rules of use: release it from the task that acquired it (or let it drop); do not cache it
+/// across requests; pass [`LockHandle::fencing_token`] with every write to the protected
+/// resource and let the resource reject stale tokens ([`crate::FencedResource`]); stop writing
+/// as soon as [`LockHandle::lost`] completes.
+pub struct LockHandle {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    name: String,
+    key: String,
+    fencing: u64,
+    lease: Duration,
+    backend: Arc<dyn HoldBackend>,
+    state: Mutex<State>,
+    lost: CancellationToken,
+    /// Ends the watchdog and the deadline timer.
+    stop: CancellationToken,
+    release_started: AtomicBool,
+    timer_started: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum State {
+    Held {
+        expires_at: SystemTime,
+        deadline: Instant,
+    },
+    Released {
+        expires_at: SystemTime,
+    },
+    Lost {
+        expires_at: SystemTime,
+    },
+}
+
+/// What a provider knows right after the storage granted a hold.
+#[derive(Debug, Clone)]
+pub(crate) struct Grant {
+    pub name: String,
+    pub key: String,
+    pub fencing: u64,
+    pub lease: Duration,
+    pub expires_at: SystemTime,
+    /// Taken before the acquire request was sent.
+    pub sent_at: Instant,
+    pub auto_renew: Option<Duration>,
+}
+
+impl LockHandle {
+    /// Builds the handle for a grant; fails (without releasing: the caller must) if the lease
+    /// cannot be represented as a local deadline.
+    pub(crate) fn new(grant: Grant, backend: Arc<dyn HoldBackend>) -> Result<Self, LockError> {
+        let deadline = local_deadline(grant.sent_at, grant.lease)?;
+        let shared = Arc::new(Shared {
+            name: grant.name,
+            key: grant.key,
+            fencing: grant.fencing,
+            lease: grant.lease,
+            backend,
+            state: Mutex::new(State::Held {
+                expires_at: grant.expires_at,
+                deadline,
+            }),
+            lost: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            release_started: AtomicBool::new(false),
+            timer_started: AtomicBool::new(false),
+        });
+        if let Some(every) = grant.auto_renew {
+            shared.timer_started.store(true, Ordering::Relaxed);
+            tokio::spawn(watchdog(shared.clone(), every));
+        }
+        Ok(Self { shared })
+    }
+
+    /// The lock name given at acquisition (not the storage key).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The storage key the name was normalized to.
+    pub fn key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// This hold's fencing token: strictly greater than every earlier hold's of the same key,
+    /// unchanged by renewals.
+    pub fn fencing_token(&self) -> u64 {
+        self.shared.fencing
+    }
+
+    /// The lease each renewal extends the hold by when no other is given.
+    pub fn lease(&self) -> Duration {
+        self.shared.lease
+    }
+
+    /// The authoritative expiry (storage clock) as of the last confirmed acquire/renew.
+    /// Meaningless once the handle is lost or released.
+    pub fn expires_at(&self) -> SystemTime {
+        match *self.shared.state() {
+            State::Held { expires_at, .. }
+            | State::Released { expires_at }
+            | State::Lost { expires_at } => expires_at,
+        }
+    }
+
+    /// Whether the hold is lost (terminal). A normally released handle is *not* lost, so use
+    /// [`Self::lost`] (or [`Self::lost_token`]) — not this — to decide whether to keep writing.
+    pub fn is_lost(&self) -> bool {
+        self.shared.check_deadline();
+        matches!(*self.shared.state(), State::Lost { .. })
+    }
+
+    /// Completes when the hold is lost: the local deadline passed without a confirmed renewal,
+    /// or a renewal could not confirm the hold. Never completes for a released handle.
+    /// Needs no background task; works on any tokio runtime.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let shared = self.shared.clone();
+        async move {
+            loop {
+                let state = *shared.state();
+                let deadline = match state {
+                    State::Held { deadline, .. } => deadline,
+                    State::Lost { .. } => return,
+                    State::Released { .. } => std::future::pending().await,
+                };
+                tokio::select! {
+                    () = shared.lost.cancelled() => return,
+                    () = tokio::time::sleep_until(deadline) => { shared.check_deadline(); }
+                }
+            }
+        }
+    }
+
+    /// A token cancelled when the hold is lost, for APIs that take a `CancellationToken`.
+    /// The first call starts a deadline timer on the current tokio runtime (the auto-renew
+    /// watchdog, if enabled, already is one).
+    pub fn lost_token(&self) -> CancellationToken {
+        if !self.shared.timer_started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(deadline_timer(self.shared.clone()));
+        }
+        self.shared.lost.clone()
+    }
+
+    /// Extends the hold by `lease` (default: the acquisition's lease).
+    ///
+    /// Fail-closed: if the local deadline has passed (no storage call then), the storage does not
+    /// confirm the hold, or the storage cannot be reached, the handle turns lost and this returns
+    /// [`RenewalResult::Lost`]. On a released handle it returns `Lost` without I/O and without
+    /// changing state. Errors only for an invalid `lease` (zero, or too long to represent).
+    pub async fn try_renew(&self, lease: Option<Duration>) -> Result<RenewalResult, LockError> {
+        if lease.is_some_and(|l| l.is_zero()) {
+            return Err(LockError::invalid_option("lease", "must be greater than zero"));
+        }
+        let lease = lease.unwrap_or(self.shared.lease);
+        local_deadline(Instant::now(), lease)?;
+        Ok(self.shared.renew(lease, true).await)
+    }
+
+    /// Releases the hold. Idempotent: only the first call (or drop) does storage I/O. Releasing
+    /// a lost handle still tries to remove its record (harmless if someone else holds the key).
+    pub async fn release(&self) -> Result<(), LockError> {
+        if self.shared.release_started.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.shared.mark_released();
+        self.shared.backend.release().await
+    }
+}
+
+impl Drop for LockHandle {
+    fn drop(&mut self) {
+        if self.shared.release_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.shared.mark_released();
+        let backend = self.shared.backend.clone();
+        // Without a runtime the hold simply lapses at its lease.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = backend.release().await {
+                    tracing::warn!(error = %e, "background release of a dropped lock handle failed");
+                }
+            });
+        }
+    }
+}
+
+impl fmt::Debug for LockHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockHandle")
+            .field("name", &self.shared.name)
+            .field("key", &self.shared.key)
+            .field("fencing_token", &self.shared.fencing)
+            .field("state", &*self.shared.state())
+            .finish()
+    }
+}
+
+fn local_deadline(sent_at: Instant, lease: Duration) -> Result<Instant, LockError> {
+    sent_at
+        .checked_add(lease - safety_margin(lease))
+        .ok_or(LockError::LeaseOutOfRange { lease })
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Turns the handle lost if its local deadline has passed; returns whether it is lost.
+    fn check_deadline(&self) -> bool {
+        let expired = match *self.state() {
+            State::Held { deadline, .. } => Instant::now() >= deadline,
+            State::Lost { .. } => return true,
+            State::Released { .. } => return false,
+        };
+        if expired {
+            self.mark_lost();
+        }
+        expired
+    }
+
+    fn mark_lost(&self) {
+        let mut state = self.state();
+        if let State::Held { expires_at, .. } = *state {
+            *state = State::Lost { expires_at };
+            drop(state);
+            self.lost.cancel();
+            self.stop.cancel();
+            self.backend.on_lost();
+        }
+    }
+
+    fn mark_released(&self) {
+        let mut state = self.state();
+        if let State::Held { expires_at, .. } = *state {
+            *state = State::Released { expires_at };
+        }
+        drop(state);
+        self.stop.cancel();
+    }
+
+    /// One renewal. With `fail_on_error`, a storage error turns the handle lost; without it
+    /// (the watchdog), the error is reported as `None` so the caller can retry before the deadline.
+    async fn renew(&self, lease: Duration, fail_on_error: bool) -> RenewalResult {
+        if self.release_started.load(Ordering::Acquire) || self.check_deadline() {
+            return RenewalResult::Lost;
+        }
+        let sent_at = Instant::now();
+        let outcome = self.backend.renew(lease).await;
+        let confirmed = match outcome {
+            Ok(Some(expires_at)) => expires_at,
+            Ok(None) => {
+                self.mark_lost();
+                return RenewalResult::Lost;
+            }
+            Err(e) => {
+                tracing::warn!(name = %self.name, error = %e, "renewal could not confirm the hold");
+                if fail_on_error {
+                    self.mark_lost();
+                }
+                return RenewalResult::Lost;
+            }
+        };
+        let mut state = self.state();
+        match &mut *state {
+            State::Held {
+                expires_at,
+                deadline,
+            } => {
+                // A lease that fit before the request fits after it, unless time jumped by
+                // centuries; then keep the old (earlier, safe) deadline.
+                if let Ok(new_deadline) = local_deadline(sent_at, lease) {
+                    *deadline = new_deadline;
+                }
+                *expires_at = confirmed;
+                RenewalResult::Renewed {
+                    expires_at: confirmed,
+                }
+            }
+            _ => RenewalResult::Lost,
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match *self.state() {
+            State::Held { deadline, .. } => Some(deadline),
+            _ => None,
+        }
+    }
+}
+
+/// Turns the handle lost at its local deadline (moved by renewals) unless released first.
+async fn deadline_timer(shared: Arc<Shared>) {
+    while let Some(deadline) = shared.deadline() {
+        tokio::select! {
+            () = shared.stop.cancelled() => return,
+            () = tokio::time::sleep_until(deadline) => { shared.check_deadline(); }
+        }
+    }
+}
+
+/// Renews every `every`; on storage errors retries quickly until the local deadline, then the
+/// deadline check turns the handle lost. Ends when the handle is released or lost.
+async fn watchdog(shared: Arc<Shared>, every: Duration) {
+    let retry = (every / 4).max(Duration::from_millis(5));
+    let mut next = Instant::now() + every;
+    while let Some(deadline) = shared.deadline() {
+        tokio::select! {
+            () = shared.stop.cancelled() => return,
+            () = tokio::time::sleep_until(next.min(deadline)) => {}
+        }
+        if shared.check_deadline() {
+            return;
+        }
+        if Instant::now() < next {
+            continue;
+        }
+        next = match shared.renew(shared.lease, false).await {
+            RenewalResult::Renewed { .. } => Instant::now() + every,
+            RenewalResult::Lost => Instant::now() + retry,
+        };
+    }
+}

@@ -1,0 +1,78 @@
+use std::fmt;
+
+use super::LockError;
+
+/// The longest lock name (and normalized key) accepted, in bytes.
+///
+/// 255 bytes fit every backend's key column or key space (a MySQL `VARCHAR(255)` primary key
+/// included) with room for a normalizer's prefix within [`validate_key`]'s limit of twice this.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Checks a lock name: not empty, not all whitespace, at most [`MAX_NAME_LEN`] bytes, and no
+/// control characters (they are reserved for internal keys).
+pub fn validate_name(name: &str) -> Result<(), LockError> {
+    if name.trim().is_empty() {
+        return Err(LockError::invalid_name(name, "must not be empty or whitespace"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(LockError::invalid_name(
+            name,
+            "longer than MAX_NAME_LEN (255 bytes)",
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(LockError::invalid_name(
+            name,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a key produced by a [`KeyNormalizer`]: not empty, at most `2 * MAX_NAME_LEN` bytes, no
+/// control characters.
+pub fn validate_key(key: &str) -> Result<(), LockError> {
+    if key.is_empty() || key.len() > 2 * MAX_NAME_LEN || key.chars().any(char::is_control) {
+        return Err(LockError::invalid_name(
+            key,
+            "the key normalizer produced an empty, over-long or control-character key",
+        ));
+    }
+    Ok(())
+}
+
+/// Maps an application lock name to a storage key.
+///
+/// **Contract:** pure and deterministic — the same name under the same configuration always
+/// yields the same key. Never add nonces or timestamps (two acquisitions of one name would land
+/// on different keys and exclude nothing), never map unrelated names to one constant (everything
+/// would block everything). Reading configuration (a tenant, a namespace) is fine as long as it
+/// is stable for the life of the normalizer.
+pub trait KeyNormalizer: fmt::Debug + Send + Sync + 'static {
+    /// The key for `name` (already validated by [`validate_name`]).
+    fn normalize(&self, name: &str) -> String;
+}
+
+/// The default normalizer: `prefix + name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrefixNormalizer {
+    prefix: String,
+}
+
+impl PrefixNormalizer {
+    /// A normalizer that prepends `prefix`.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+}
+
+impl KeyNormalizer for PrefixNormalizer {
+    fn normalize(&self, name: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + name.len());
+        key.push_str(&self.prefix);
+        key.push_str(name);
+        key
+    }
+}

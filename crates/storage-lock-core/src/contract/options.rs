@@ -1,0 +1,112 @@
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::LockError;
+
+/// The lease used when none is given: 30 seconds.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long [`crate::DistributedLock::try_acquire`] waits for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// One attempt; busy means `Ok(None)` at once.
+    #[default]
+    None,
+    /// Keep trying for at most this long.
+    For(Duration),
+    /// Wait until acquired (or cancelled).
+    Forever,
+}
+
+/// Options of one acquisition. Cheap to clone and safe to reuse across acquisitions.
+///
+/// ```
+/// use std::time::Duration;
+/// use storage_lock_core::{AcquireOptions, Wait};
+/// let opts = AcquireOptions::default()
+///     .wait(Wait::For(Duration::from_secs(5)))
+///     .lease(Duration::from_secs(10))
+///     .auto_renew(Duration::from_secs(3));
+/// assert!(opts.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    /// How long to wait when busy (default: one attempt).
+    pub wait: Wait,
+    /// How long a hold lasts unless renewed (default 30 s; must be > 0).
+    pub lease: Duration,
+    /// Renew in the background at this interval (default off; `0 < auto_renew < lease`).
+    pub auto_renew: Option<Duration>,
+    /// Stops the wait with [`LockError::Cancelled`] when cancelled (dropping the future works too).
+    pub cancel: Option<CancellationToken>,
+    /// A note stored with the holder info (shown by `list`/`inspect`).
+    pub note: Option<String>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self {
+            wait: Wait::None,
+            lease: DEFAULT_LEASE,
+            auto_renew: None,
+            cancel: None,
+            note: None,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Sets [`Self::wait`].
+    pub fn wait(mut self, wait: Wait) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Sets [`Self::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets [`Self::auto_renew`].
+    pub fn auto_renew(mut self, every: Duration) -> Self {
+        self.auto_renew = Some(every);
+        self
+    }
+
+    /// Sets [`Self::cancel`].
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// Sets [`Self::note`].
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+
+    /// Checks the options: `lease > 0` and, if set, `0 < auto_renew < lease`.
+    pub fn validate(&self) -> Result<(), LockError> {
+        if self.lease.is_zero() {
+            return Err(LockError::invalid_option("lease", "must be greater than zero"));
+        }
+        if let Some(every) = self.auto_renew {
+            if every.is_zero() {
+                return Err(LockError::invalid_option(
+                    "auto_renew",
+                    "must be greater than zero",
+                ));
+            }
+            if every >= self.lease {
+                return Err(LockError::invalid_option(
+                    "auto_renew",
+                    format!("{every:?} must be shorter than the lease ({:?})", self.lease),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

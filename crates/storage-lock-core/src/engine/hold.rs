@@ -1,0 +1,77 @@
+//! The engine's side of a [`crate::LockHandle`]: renew and release through the storage.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::events::LockEventKind;
+use super::{EngineShared, telemetry};
+use crate::contract::{HoldBackend, LockError};
+use crate::storage::{OwnerId, RenewOutcome, Storage};
+
+pub(crate) struct EngineHold<S: Storage + ?Sized> {
+    storage: Arc<S>,
+    engine: Arc<EngineShared>,
+    key: String,
+    owner: OwnerId,
+    fencing: u64,
+    acquired: Instant,
+    ended: AtomicBool,
+}
+
+impl<S: Storage + ?Sized> EngineHold<S> {
+    pub(crate) fn new(
+        storage: Arc<S>,
+        engine: Arc<EngineShared>,
+        key: String,
+        owner: OwnerId,
+        fencing: u64,
+    ) -> Self {
+        Self {
+            storage,
+            engine,
+            key,
+            owner,
+            fencing,
+            acquired: Instant::now(),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    fn end(&self, kind: LockEventKind) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            telemetry::hold_ended(self.acquired.elapsed());
+            self.engine.events.emit(kind, &self.key, Some(self.fencing));
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Storage + ?Sized> HoldBackend for EngineHold<S> {
+    async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
+        let outcome = self.storage.renew(&self.key, self.owner, lease).await;
+        let kind = match outcome {
+            Ok(RenewOutcome::Renewed { .. }) => LockEventKind::Renewed,
+            _ => LockEventKind::RenewFailed,
+        };
+        self.engine.events.emit(kind, &self.key, Some(self.fencing));
+        match outcome? {
+            RenewOutcome::Renewed { expires_at } => Ok(expires_at.to_system_time()),
+            RenewOutcome::NotHeld => Ok(None),
+        }
+    }
+
+    async fn release(&self) -> Result<(), LockError> {
+        self.end(LockEventKind::Released);
+        self.storage.release(&self.key, self.owner).await?;
+        Ok(())
+    }
+
+    fn on_lost(&self) {
+        telemetry::lost();
+        self.end(LockEventKind::Lost);
+    }
+}

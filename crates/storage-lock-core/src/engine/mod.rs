@@ -1,0 +1,198 @@
+//! The lock engine: [`StorageLock`] runs the lock algorithm over any [`Storage`].
+//!
+//! * [`acquire`] — the acquire loop: validate, arm a change notification, try, sleep until the
+//!   earliest of deadline / holder expiry / notification / jittered backoff; cancel safety.
+//! * [`hold`] — the provider side of a [`crate::LockHandle`]: renew and release through the storage.
+//! * [`reentrant`] — the explicit-owner reentrant API.
+//! * [`events`] and [`telemetry`] — events, `metrics` and `tracing`.
+
+pub mod acquire;
+pub mod events;
+pub mod hold;
+pub mod reentrant;
+pub mod telemetry;
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+
+use crate::contract::{
+    AcquireOptions, DistributedLock, KeyNormalizer, LockError, LockHandle, PrefixNormalizer,
+    ProviderInfo, validate_key, validate_name,
+};
+use crate::storage::{HolderInfo, Storage, TimeSource};
+
+pub use events::{LockEvent, LockEventKind};
+pub use reentrant::ReentrantHold;
+
+/// A [`DistributedLock`] over a [`Storage`]; one instance serves any number of keys.
+///
+/// Cheap to clone (all clones share the storage and the event channel).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+/// use storage_lock_core::{MemoryStorage, PrefixNormalizer, StorageLock};
+/// let locks = StorageLock::builder(MemoryStorage::new())
+///     .normalizer(PrefixNormalizer::new("billing:"))
+///     .build()?;
+/// let handle = locks.try_acquire_for("invoice-7", std::time::Duration::ZERO).await?;
+/// # use storage_lock_core::DistributedLock;
+/// assert_eq!(handle.unwrap().key(), "billing:invoice-7");
+/// # Ok(()) }
+/// ```
+pub struct StorageLock<S: Storage + ?Sized = dyn Storage> {
+    storage: Arc<S>,
+    shared: Arc<EngineShared>,
+}
+
+pub(crate) struct EngineShared {
+    normalizer: Box<dyn KeyNormalizer>,
+    holder: HolderInfo,
+    provider: ProviderInfo,
+    pub(crate) events: events::Events,
+}
+
+impl<S: Storage + ?Sized> Clone for StorageLock<S> {
+    fn clone(&self) -> Self {
+        Self {
+            storage: self.storage.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: Storage + ?Sized> fmt::Debug for StorageLock<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StorageLock")
+            .field("storage", &self.storage)
+            .field("normalizer", &self.shared.normalizer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Storage> StorageLock<S> {
+    /// A lock over `storage` with default settings; see [`StorageLockBuilder::build`] for the
+    /// capability check.
+    pub fn new(storage: S) -> Result<Self, LockError> {
+        Self::builder(storage).build()
+    }
+
+    /// A builder over `storage`.
+    pub fn builder(storage: S) -> StorageLockBuilder<S> {
+        StorageLockBuilder::new(Arc::new(storage))
+    }
+}
+
+impl<S: Storage + ?Sized> StorageLock<S> {
+    /// A builder over a shared storage.
+    pub fn builder_arc(storage: Arc<S>) -> StorageLockBuilder<S> {
+        StorageLockBuilder::new(storage)
+    }
+
+    /// The storage underneath.
+    pub fn storage(&self) -> &Arc<S> {
+        &self.storage
+    }
+
+    /// Subscribes to this engine's [`LockEvent`]s (see [`events`] for the delivery guarantees).
+    pub fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Validates `name` and returns the storage key it maps to.
+    pub fn key_for(&self, name: &str) -> Result<String, LockError> {
+        validate_name(name)?;
+        let key = self.shared.normalizer.normalize(name);
+        validate_key(&key)?;
+        Ok(key)
+    }
+}
+
+/// Builds a [`StorageLock`].
+pub struct StorageLockBuilder<S: Storage + ?Sized> {
+    storage: Arc<S>,
+    normalizer: Box<dyn KeyNormalizer>,
+    holder: HolderInfo,
+    skip_capability_check: bool,
+}
+
+impl<S: Storage + ?Sized> StorageLockBuilder<S> {
+    fn new(storage: Arc<S>) -> Self {
+        Self {
+            storage,
+            normalizer: Box::new(PrefixNormalizer::default()),
+            holder: HolderInfo::this_process(),
+            skip_capability_check: false,
+        }
+    }
+
+    /// The name → key mapping (default: the name itself).
+    pub fn normalizer(mut self, normalizer: impl KeyNormalizer) -> Self {
+        self.normalizer = Box::new(normalizer);
+        self
+    }
+
+    /// The holder info stored with each hold (default: this host and pid).
+    pub fn holder(mut self, holder: HolderInfo) -> Self {
+        self.holder = holder;
+        self
+    }
+
+    /// Accepts a storage that lacks linearizable CAS or a time source. Exclusion is then **not**
+    /// guaranteed; use it only for experiments or a storage you have verified yourself.
+    pub fn skip_capability_check(mut self) -> Self {
+        self.skip_capability_check = true;
+        self
+    }
+
+    /// Builds the lock. Fails with [`LockError::Unsafe`] if the storage does not declare
+    /// linearizable compare-and-set or has no time source, unless the check was skipped.
+    pub fn build(self) -> Result<StorageLock<S>, LockError> {
+        let caps = self.storage.capabilities();
+        if !self.skip_capability_check {
+            let missing = if !caps.linearizable_cas {
+                Some("linearizable compare-and-set")
+            } else if caps.time_source == TimeSource::None {
+                Some("a time source (a server clock or an injected Clock)")
+            } else {
+                None
+            };
+            if let Some(missing) = missing {
+                return Err(LockError::Unsafe {
+                    storage: self.storage.name().to_owned(),
+                    missing,
+                });
+            }
+        }
+        let provider = ProviderInfo {
+            name: self.storage.name().to_owned(),
+            process_local: caps.process_local,
+        };
+        Ok(StorageLock {
+            storage: self.storage,
+            shared: Arc::new(EngineShared {
+                normalizer: self.normalizer,
+                holder: self.holder,
+                provider,
+                events: events::Events::new(),
+            }),
+        })
+    }
+}
+
+#[async_trait]
+impl<S: Storage + ?Sized> DistributedLock for StorageLock<S> {
+    fn provider(&self) -> ProviderInfo {
+        self.shared.provider.clone()
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &str,
+        options: &AcquireOptions,
+    ) -> Result<Option<LockHandle>, LockError> {
+        self.acquire_handle(name, options).await
+    }
+}

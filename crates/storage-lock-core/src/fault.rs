@@ -1,0 +1,223 @@
+//! Wrappers for tests: fault injection and call counting on top of a real storage, and a view
+//! that hides a backend's lock-operation overrides so the default implementations run.
+//!
+//! These are the only "mocks" storage-lock uses: the data always lives in a real storage.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::storage::{
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
+    PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, SweepReport,
+    Timestamp, Version,
+};
+
+/// One kind of [`Storage`] call, for [`FaultyStorage::calls`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Op {
+    Now,
+    Get,
+    Create,
+    Update,
+    Delete,
+    List,
+    TryAcquire,
+    Renew,
+    Release,
+    WaitForChange,
+}
+
+const OPS: usize = 10;
+
+/// A storage that counts calls and fails or slows them on demand.
+#[derive(Debug)]
+pub struct FaultyStorage<S> {
+    inner: S,
+    calls: [AtomicUsize; OPS],
+    outage: AtomicBool,
+    fail_renewals: AtomicBool,
+    delay_micros: AtomicU64,
+}
+
+impl<S: Storage> FaultyStorage<S> {
+    /// Wraps `inner`; no faults until switched on.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            calls: Default::default(),
+            outage: AtomicBool::new(false),
+            fail_renewals: AtomicBool::new(false),
+            delay_micros: AtomicU64::new(0),
+        }
+    }
+
+    /// The wrapped storage.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// While on, every call fails with a backend error (the storage is "unreachable").
+    pub fn set_outage(&self, on: bool) {
+        self.outage.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, `renew` fails with a backend error.
+    pub fn set_fail_renewals(&self, on: bool) {
+        self.fail_renewals.store(on, Ordering::SeqCst);
+    }
+
+    /// Sleeps this long before every call (zero: yields once instead), widening race windows.
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_micros.store(
+            u64::try_from(delay.as_micros()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+    }
+
+    /// Calls of `op` so far.
+    pub fn calls(&self, op: Op) -> usize {
+        self.calls[op as usize].load(Ordering::SeqCst)
+    }
+
+    /// Calls of any kind so far.
+    pub fn total_calls(&self) -> usize {
+        self.calls.iter().map(|c| c.load(Ordering::SeqCst)).sum()
+    }
+
+    async fn enter(&self, op: Op) -> Result<(), StorageError> {
+        self.calls[op as usize].fetch_add(1, Ordering::SeqCst);
+        match self.delay_micros.load(Ordering::SeqCst) {
+            0 => tokio::task::yield_now().await,
+            us => tokio::time::sleep(Duration::from_micros(us)).await,
+        }
+        let injected = self.outage.load(Ordering::SeqCst)
+            || (op == Op::Renew && self.fail_renewals.load(Ordering::SeqCst));
+        if injected {
+            return Err(StorageError::backend(
+                self.inner.name(),
+                "injected fault",
+                io::Error::new(io::ErrorKind::ConnectionRefused, "injected outage"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<S: Storage> Storage for FaultyStorage<S> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        self.enter(Op::Now).await?;
+        self.inner.now().await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        self.enter(Op::Get).await?;
+        self.inner.get(key).await
+    }
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        self.enter(Op::Create).await?;
+        self.inner.create(key, record).await
+    }
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        self.enter(Op::Update).await?;
+        self.inner.update(key, expected, record).await
+    }
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        self.enter(Op::Delete).await?;
+        self.inner.delete(key, expected).await
+    }
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        self.enter(Op::List).await?;
+        self.inner.list(prefix, page).await
+    }
+    async fn try_acquire(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, StorageError> {
+        self.enter(Op::TryAcquire).await?;
+        self.inner.try_acquire(key, req).await
+    }
+    async fn renew(
+        &self,
+        key: &str,
+        owner: OwnerId,
+        lease: Duration,
+    ) -> Result<RenewOutcome, StorageError> {
+        self.enter(Op::Renew).await?;
+        self.inner.renew(key, owner, lease).await
+    }
+    async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        self.enter(Op::Release).await?;
+        self.inner.release(key, owner).await
+    }
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        self.enter(Op::WaitForChange).await?;
+        self.inner.wait_for_change(key).await
+    }
+    async fn fencing_floor(&self) -> Result<u64, StorageError> {
+        self.inner.fencing_floor().await
+    }
+    async fn raise_fencing_floor(&self, to: u64) -> Result<u64, StorageError> {
+        self.inner.raise_fencing_floor(to).await
+    }
+    async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
+        self.inner.sweep(prefix, older_than).await
+    }
+}
+
+/// A view of a storage that exposes only its primitives, so the **default** lock operations
+/// (and backoff instead of notifications) run on top of it. The suites run every backend both
+/// through this view and directly.
+#[derive(Debug)]
+pub struct PrimitivesOnly<S>(pub S);
+
+#[async_trait]
+impl<S: Storage> Storage for PrimitivesOnly<S> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0
+            .capabilities()
+            .with_one_round_trip_ops(false)
+            .with_change_notifications(false)
+    }
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        self.0.now().await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        self.0.get(key).await
+    }
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        self.0.create(key, record).await
+    }
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        self.0.update(key, expected, record).await
+    }
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        self.0.delete(key, expected).await
+    }
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        self.0.list(prefix, page).await
+    }
+}

@@ -1,0 +1,261 @@
+//! [`MemoryStorage`]: a process-local storage for coordinating tasks of one process.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::clock::{Clock, SystemClock};
+use crate::storage::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
+use crate::storage::{
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
+    PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, Timestamp, Version,
+};
+
+/// A storage in this process's memory: one table for any number of keys, change notifications
+/// for waiters, and every lock operation done under one short mutex hold.
+///
+/// Exclusion holds among the tasks of **this process only** ([`Capabilities::process_local`]);
+/// nothing survives a restart. Time comes from a [`Clock`] (default [`SystemClock`]; inject a
+/// [`crate::ManualClock`] to test expiry without sleeping).
+#[derive(Debug)]
+pub struct MemoryStorage {
+    table: Mutex<Table>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    slots: HashMap<String, Slot>,
+    last_version: u64,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    stored: Option<(LockRecord, u64)>,
+    /// Present while someone may be waiting for a change of this key.
+    watch: Option<watch::Sender<()>>,
+}
+
+impl Default for MemoryStorage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStorage {
+    /// An empty storage on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+
+    /// An empty storage on `clock`.
+    pub fn with_clock(clock: impl Clock) -> Self {
+        Self {
+            table: Mutex::new(Table::default()),
+            clock: Arc::new(clock),
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Table {
+    fn current(&self, key: &str) -> Option<&LockRecord> {
+        self.slots.get(key)?.stored.as_ref().map(|(r, _)| r)
+    }
+
+    fn version_of(&self, key: &str) -> Option<u64> {
+        self.slots.get(key)?.stored.as_ref().map(|(_, v)| *v)
+    }
+
+    /// Stores `record` under `key` with a fresh version and wakes the key's waiters.
+    fn put(&mut self, key: &str, record: LockRecord) -> u64 {
+        self.last_version += 1;
+        let version = self.last_version;
+        let slot = match self.slots.get_mut(key) {
+            Some(slot) => slot,
+            None => self.slots.entry(key.to_owned()).or_default(),
+        };
+        slot.stored = Some((record, version));
+        slot.notify();
+        version
+    }
+
+    fn floor(&self) -> u64 {
+        self.current(FENCING_FLOOR_KEY).map_or(0, |r| r.fencing)
+    }
+}
+
+impl Slot {
+    fn notify(&mut self) {
+        if let Some(tx) = &self.watch {
+            if tx.receiver_count() == 0 {
+                self.watch = None;
+            } else {
+                tx.send_replace(());
+            }
+        }
+    }
+}
+
+fn expect_version(expected: &Version) -> Option<u64> {
+    expected.as_u64()
+}
+
+#[async_trait]
+impl Storage for MemoryStorage {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::linearizable()
+            .with_conditional_delete(true)
+            .with_change_notifications(true)
+            .with_one_round_trip_ops(true)
+            .with_process_local(true)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        Ok(self.clock.now())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        let table = self.table();
+        Ok(table.slots.get(key).and_then(|s| {
+            s.stored.as_ref().map(|(record, v)| Stored {
+                record: record.clone(),
+                version: Version::from_u64(*v),
+            })
+        }))
+    }
+
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let mut table = self.table();
+        if table.current(key).is_some() {
+            return Err(StorageError::AlreadyExists { key: key.to_owned() });
+        }
+        Ok(Version::from_u64(table.put(key, record.clone())))
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let mut table = self.table();
+        if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
+            return Err(StorageError::Conflict { key: key.to_owned() });
+        }
+        Ok(Version::from_u64(table.put(key, record.clone())))
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let mut table = self.table();
+        if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
+            return Err(StorageError::Conflict { key: key.to_owned() });
+        }
+        if let Entry::Occupied(mut slot) = table.slots.entry(key.to_owned()) {
+            slot.get_mut().stored = None;
+            slot.get_mut().notify();
+            if slot.get().watch.is_none() {
+                slot.remove();
+            }
+        }
+        Ok(())
+    }
+
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let table = self.table();
+        let mut entries: Vec<(String, Stored)> = table
+            .slots
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .filter(|(k, _)| page.after.as_deref().is_none_or(|a| k.as_str() > a))
+            .filter_map(|(k, s)| {
+                let (record, v) = s.stored.as_ref()?;
+                Some((
+                    k.clone(),
+                    Stored {
+                        record: record.clone(),
+                        version: Version::from_u64(*v),
+                    },
+                ))
+            })
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let limit = page.effective_limit();
+        let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
+        entries.truncate(limit);
+        Ok(Page { entries, next })
+    }
+
+    async fn try_acquire(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, StorageError> {
+        let now = self.clock.now();
+        let mut table = self.table();
+        let current = table.current(key);
+        let floor = if current.is_none() { table.floor() } else { 0 };
+        match ops::decide_acquire(current, floor, now, req) {
+            AcquireDecision::Busy(outcome) => Ok(outcome),
+            AcquireDecision::Write(record) => {
+                let outcome = ops::acquired(&record);
+                table.put(key, record);
+                Ok(outcome)
+            }
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: &str,
+        owner: OwnerId,
+        lease: Duration,
+    ) -> Result<RenewOutcome, StorageError> {
+        let now = self.clock.now();
+        let mut table = self.table();
+        Ok(match ops::decide_renew(table.current(key), owner, now, lease) {
+            Some(record) => {
+                let expires_at = record.expires_at;
+                table.put(key, record);
+                RenewOutcome::Renewed { expires_at }
+            }
+            None => RenewOutcome::NotHeld,
+        })
+    }
+
+    async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let now = self.clock.now();
+        let mut table = self.table();
+        Ok(match ops::decide_release(table.current(key), owner, now) {
+            Some(record) => {
+                let remaining = record.count;
+                table.put(key, record);
+                ReleaseOutcome::Released { remaining }
+            }
+            None => ReleaseOutcome::NotHeld,
+        })
+    }
+
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        let mut table = self.table();
+        let slot = table.slots.entry(key.to_owned()).or_default();
+        let mut rx = slot
+            .watch
+            .get_or_insert_with(|| watch::channel(()).0)
+            .subscribe();
+        Ok(ChangeWait::new(async move {
+            let _ = rx.changed().await;
+        }))
+    }
+}

@@ -1,0 +1,85 @@
+//! What a storage can promise.
+
+/// Where a storage's [`crate::Storage::now`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeSource {
+    /// The storage's own clock (a database server, a Redis `TIME`, the host of an embedded file).
+    Server,
+    /// A [`crate::Clock`] injected at construction; its drift bound is the injector's promise.
+    Injected,
+    /// None: the storage cannot judge expiry.
+    None,
+}
+
+/// The promises a storage makes; [`crate::StorageLock::new`] checks the ones safety rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Concurrent conditional writes to one key: exactly one wins, and a win is visible to every
+    /// later read. Declare it only for configurations that really are linearizable: a single SQL
+    /// primary, a single Redis primary, etcd, NATS JetStream, S3 with conditional PUT. Not:
+    /// asynchronous replicas with failover, eventually consistent reads.
+    pub linearizable_cas: bool,
+    /// `delete(key, expected)` is conditional and atomic (needed by `sweep`).
+    pub conditional_delete: bool,
+    /// Where [`crate::Storage::now`] comes from.
+    pub time_source: TimeSource,
+    /// [`crate::Storage::wait_for_change`] delivers notifications (otherwise waiters back off).
+    pub change_notifications: bool,
+    /// `try_acquire`, `renew` and `release` each take one round trip.
+    pub one_round_trip_ops: bool,
+    /// Exclusion holds only inside one process.
+    pub process_local: bool,
+}
+
+impl Capabilities {
+    /// Capabilities of a storage that offers only linearizable CAS and a server clock; switch the
+    /// rest on with struct update syntax is impossible outside this crate, so use the setters.
+    pub const fn linearizable() -> Self {
+        Self {
+            linearizable_cas: true,
+            conditional_delete: false,
+            time_source: TimeSource::Server,
+            change_notifications: false,
+            one_round_trip_ops: false,
+            process_local: false,
+        }
+    }
+
+    /// Sets [`Self::conditional_delete`].
+    pub const fn with_conditional_delete(mut self, yes: bool) -> Self {
+        self.conditional_delete = yes;
+        self
+    }
+
+    /// Sets [`Self::time_source`].
+    pub const fn with_time_source(mut self, source: TimeSource) -> Self {
+        self.time_source = source;
+        self
+    }
+
+    /// Sets [`Self::change_notifications`].
+    pub const fn with_change_notifications(mut self, yes: bool) -> Self {
+        self.change_notifications = yes;
+        self
+    }
+
+    /// Sets [`Self::one_round_trip_ops`].
+    pub const fn with_one_round_trip_ops(mut self, yes: bool) -> Self {
+        self.one_round_trip_ops = yes;
+        self
+    }
+
+    /// Sets [`Self::process_local`].
+    pub const fn with_process_local(mut self, yes: bool) -> Self {
+        self.process_local = yes;
+        self
+    }
+
+    /// Sets [`Self::linearizable_cas`].
+    pub const fn with_linearizable_cas(mut self, yes: bool) -> Self {
+        self.linearizable_cas = yes;
+        self
+    }
+}

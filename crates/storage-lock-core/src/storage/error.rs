@@ -1,0 +1,72 @@
+//! The storage layer's error type.
+
+use std::error::Error as StdError;
+
+/// What a [`crate::Storage`] call can fail with.
+///
+/// Conflicts are **typed**: backends map their native signal (affected rows, a failed
+/// transaction compare, a `412 Precondition Failed`) to [`StorageError::AlreadyExists`] or
+/// [`StorageError::Conflict`]; nobody matches error text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// `create` found a record under the key.
+    #[error("a record already exists for key {key:?}")]
+    AlreadyExists {
+        /// The key.
+        key: String,
+    },
+    /// A conditional `update`/`delete` found another version (or no record).
+    #[error("the record for key {key:?} changed (version conflict)")]
+    Conflict {
+        /// The key.
+        key: String,
+    },
+    /// The backend does not offer this operation.
+    #[error("{backend} does not support {operation}")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+        /// The operation.
+        operation: &'static str,
+    },
+    /// A stored record could not be decoded.
+    #[error("the record for key {key:?} is malformed: {reason}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The backend could not be reached or failed; the outcome of a write is unknown.
+    #[error("{backend} failed during {operation}: {source}")]
+    Backend {
+        /// The backend's name.
+        backend: String,
+        /// The operation that failed.
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
+}
+
+impl StorageError {
+    /// A [`StorageError::Backend`] from a driver error.
+    pub fn backend(
+        backend: impl Into<String>,
+        operation: &'static str,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> Self {
+        Self::Backend {
+            backend: backend.into(),
+            operation,
+            source: source.into(),
+        }
+    }
+
+    /// Whether this is a typed CAS conflict ([`Self::Conflict`] or [`Self::AlreadyExists`]).
+    pub fn is_cas_conflict(&self) -> bool {
+        matches!(self, Self::Conflict { .. } | Self::AlreadyExists { .. })
+    }
+}

@@ -1,0 +1,187 @@
+//! The storage layer: one object-safe trait with a few **required** compare-and-set primitives
+//! and **provided** lock operations built on them.
+//!
+//! A backend implements the primitives ([`Storage::get`], [`Storage::create`],
+//! [`Storage::update`], optionally [`Storage::delete`], [`Storage::now`], [`Storage::list`],
+//! [`Storage::capabilities`], [`Storage::name`]) and gets correct lock operations for free. A
+//! backend that can do better overrides [`Storage::try_acquire`], [`Storage::renew`] and
+//! [`Storage::release`] to take one round trip each (one SQL statement on the database clock, one
+//! Redis script using `TIME`, …) and [`Storage::wait_for_change`] to deliver notifications. The
+//! suites in `storage-lock-testkit` run against both the defaults and the overrides.
+//!
+//! Every decision the defaults make is one of the pure rules in [`ops`]:
+//! [`ops::decide_acquire`], [`ops::decide_renew`], [`ops::decide_release`].
+
+mod capabilities;
+mod change;
+mod defaults;
+mod error;
+pub mod ops;
+mod record;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use capabilities::{Capabilities, TimeSource};
+pub use change::ChangeWait;
+pub use error::StorageError;
+pub use ops::{AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, SweepReport};
+pub use record::{
+    HolderInfo, LockRecord, OwnerId, Page, PageRequest, Stored, Timestamp, Version,
+};
+
+/// A linearizable store of [`LockRecord`]s keyed by string.
+///
+/// # Contract of the primitives
+/// * `create` inserts iff the key is absent, else [`StorageError::AlreadyExists`].
+/// * `update` and `delete` succeed iff the stored version equals `expected`, else
+///   [`StorageError::Conflict`] (also when the record is gone). Every successful write yields a
+///   new version never equal to an earlier one of the same key.
+/// * Concurrent conditional writes of one key: exactly one wins ([`Capabilities::linearizable_cas`]).
+/// * Any error other than the typed conflicts means the outcome is unknown.
+#[async_trait]
+pub trait Storage: fmt::Debug + Send + Sync + 'static {
+    /// A short name for logs and errors, e.g. `"sqlite"`.
+    fn name(&self) -> &str;
+
+    /// What this storage promises.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The storage clock. Expiry is judged by this clock only.
+    async fn now(&self) -> Result<Timestamp, StorageError>;
+
+    /// The record under `key`, with its version.
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError>;
+
+    /// Inserts `record` iff `key` is absent.
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError>;
+
+    /// Replaces the record iff its version is `expected`.
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError>;
+
+    /// Deletes the record iff its version is `expected`. Optional
+    /// ([`Capabilities::conditional_delete`]); release never deletes, only [`Storage::sweep`] does.
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let _ = (key, expected);
+        Err(StorageError::Unsupported {
+            backend: self.name().to_owned(),
+            operation: "delete",
+        })
+    }
+
+    /// Records whose key starts with `prefix`, in ascending key order, including internal keys
+    /// (see [`ops::is_reserved_key`]); use [`Storage::list_locks`] to skip those.
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError>;
+
+    /// Takes `key` for `req.owner` if it is free (see [`ops::decide_acquire`]).
+    async fn try_acquire(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, StorageError> {
+        defaults::try_acquire(self, key, req).await
+    }
+
+    /// Extends `owner`'s live hold of `key` to `now + lease` (see [`ops::decide_renew`]).
+    async fn renew(
+        &self,
+        key: &str,
+        owner: OwnerId,
+        lease: Duration,
+    ) -> Result<RenewOutcome, StorageError> {
+        defaults::renew(self, key, owner, lease).await
+    }
+
+    /// Releases one level of `owner`'s hold of `key`, writing a tombstone at zero (see
+    /// [`ops::decide_release`]).
+    async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        defaults::release(self, key, owner).await
+    }
+
+    /// Arms a notification for the next change of `key` (see [`ChangeWait`]). The default has
+    /// none; waiters then back off with jitter.
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        let _ = key;
+        Ok(ChangeWait::unsupported())
+    }
+
+    /// The per-storage fencing floor: fresh keys start above it.
+    async fn fencing_floor(&self) -> Result<u64, StorageError> {
+        defaults::fencing_floor(self).await
+    }
+
+    /// Raises the fencing floor to at least `to`; returns the floor afterwards.
+    async fn raise_fencing_floor(&self, to: u64) -> Result<u64, StorageError> {
+        defaults::raise_fencing_floor(self, to).await
+    }
+
+    /// Like [`Storage::list`] without internal keys.
+    async fn list_locks(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let mut page = self.list(prefix, page).await?;
+        page.entries.retain(|(k, _)| !ops::is_reserved_key(k));
+        Ok(page)
+    }
+
+    /// Deletes records under `prefix` that have been free for at least `older_than`, after
+    /// raising the fencing floor above their tokens, so fencing stays monotonic per key forever.
+    /// Needs [`Capabilities::conditional_delete`].
+    async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
+        defaults::sweep(self, prefix, older_than).await
+    }
+}
+
+macro_rules! forward_storage {
+    ($($ptr:ty),*) => {$(
+        #[async_trait]
+        impl<S: Storage + ?Sized> Storage for $ptr {
+            fn name(&self) -> &str { (**self).name() }
+            fn capabilities(&self) -> Capabilities { (**self).capabilities() }
+            async fn now(&self) -> Result<Timestamp, StorageError> { (**self).now().await }
+            async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> { (**self).get(key).await }
+            async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+                (**self).create(key, record).await
+            }
+            async fn update(&self, key: &str, expected: &Version, record: &LockRecord) -> Result<Version, StorageError> {
+                (**self).update(key, expected, record).await
+            }
+            async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+                (**self).delete(key, expected).await
+            }
+            async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+                (**self).list(prefix, page).await
+            }
+            async fn try_acquire(&self, key: &str, req: &AcquireRequest) -> Result<AcquireOutcome, StorageError> {
+                (**self).try_acquire(key, req).await
+            }
+            async fn renew(&self, key: &str, owner: OwnerId, lease: Duration) -> Result<RenewOutcome, StorageError> {
+                (**self).renew(key, owner, lease).await
+            }
+            async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+                (**self).release(key, owner).await
+            }
+            async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+                (**self).wait_for_change(key).await
+            }
+            async fn fencing_floor(&self) -> Result<u64, StorageError> { (**self).fencing_floor().await }
+            async fn raise_fencing_floor(&self, to: u64) -> Result<u64, StorageError> {
+                (**self).raise_fencing_floor(to).await
+            }
+            async fn list_locks(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+                (**self).list_locks(prefix, page).await
+            }
+            async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
+                (**self).sweep(prefix, older_than).await
+            }
+        }
+    )*};
+}
+
+forward_storage!(Arc<S>, Box<S>);

@@ -1,0 +1,193 @@
+//! The lock operations' requests and outcomes, and the decision rules every backend shares.
+//!
+//! The rules are pure functions of the current record, so the default implementations (built on
+//! the CAS primitives), the in-memory override and the tests all apply the *same* rules; SQL and
+//! script backends encode these rules in their statements and are held to them by the suites.
+
+use std::time::Duration;
+
+use super::record::{HolderInfo, LockRecord, OwnerId, Timestamp};
+
+/// What [`crate::Storage::try_acquire`] is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// Who acquires.
+    pub owner: OwnerId,
+    /// How long the hold lasts unless renewed.
+    pub lease: Duration,
+    /// Who holds it, for people and tools.
+    pub holder: Option<HolderInfo>,
+    /// If the same owner already holds the key: `true` adds one level (reentrant API),
+    /// `false` reports the key busy (the [`crate::DistributedLock`] contract is not reentrant).
+    pub reentrant: bool,
+}
+
+/// The result of [`crate::Storage::try_acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    /// The owner holds the key now.
+    Acquired {
+        /// Fencing token of this hold (kept by reentry).
+        fencing: u64,
+        /// Reentrancy depth after this call.
+        count: u32,
+        /// When the hold lapses, on the storage clock.
+        expires_at: Timestamp,
+    },
+    /// Someone else holds the key.
+    Busy {
+        /// When the current hold lapses unless renewed, on the storage clock.
+        expires_at: Timestamp,
+        /// The storage clock when this was decided, so callers can compute time left.
+        now: Timestamp,
+        /// Who holds it.
+        holder: Option<HolderInfo>,
+    },
+}
+
+impl AcquireOutcome {
+    /// For [`AcquireOutcome::Busy`], how long until the current hold lapses unless renewed.
+    pub fn busy_for(&self) -> Option<Duration> {
+        match self {
+            Self::Busy {
+                expires_at, now, ..
+            } => Some(expires_at.saturating_since(*now)),
+            Self::Acquired { .. } => None,
+        }
+    }
+}
+
+/// The result of [`crate::Storage::renew`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewOutcome {
+    /// Still held, until `expires_at`.
+    Renewed {
+        /// The new expiry on the storage clock.
+        expires_at: Timestamp,
+    },
+    /// Not held by this owner (released, expired, or taken over).
+    NotHeld,
+}
+
+/// The result of [`crate::Storage::release`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// One level was released; `remaining == 0` means the key is free (a tombstone was written).
+    Released {
+        /// Reentrancy depth left.
+        remaining: u32,
+    },
+    /// The owner did not hold the key; nothing changed.
+    NotHeld,
+}
+
+/// The result of [`crate::Storage::sweep`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SweepReport {
+    /// Records deleted.
+    pub deleted: usize,
+    /// The fencing floor after the sweep: fresh keys start above it.
+    pub floor: u64,
+}
+
+/// The decision of [`decide_acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireDecision {
+    /// Write this record (create if there was none, else compare-and-set).
+    Write(LockRecord),
+    /// Leave the record alone and report this.
+    Busy(AcquireOutcome),
+}
+
+/// The acquire rule: a free key (no record, a tombstone, or an expired hold) goes to the
+/// requester with fencing `previous + 1` (`floor + 1` for a fresh key); the owner's own live hold
+/// gains a level if `reentrant`, keeping its fencing token; anything else is busy.
+pub fn decide_acquire(
+    current: Option<&LockRecord>,
+    floor: u64,
+    now: Timestamp,
+    req: &AcquireRequest,
+) -> AcquireDecision {
+    let expires_at = now.saturating_add(req.lease);
+    match current {
+        Some(rec) if rec.is_held_at(now) => {
+            if req.reentrant && rec.owner == req.owner {
+                AcquireDecision::Write(LockRecord {
+                    count: rec.count.saturating_add(1),
+                    expires_at: expires_at.max(rec.expires_at),
+                    ..rec.clone()
+                })
+            } else {
+                AcquireDecision::Busy(AcquireOutcome::Busy {
+                    expires_at: rec.expires_at,
+                    now,
+                    holder: rec.holder.clone(),
+                })
+            }
+        }
+        _ => AcquireDecision::Write(LockRecord {
+            owner: req.owner,
+            count: 1,
+            fencing: current.map_or(floor, |r| r.fencing).saturating_add(1),
+            acquired_at: now,
+            expires_at,
+            holder: req.holder.clone(),
+        }),
+    }
+}
+
+/// The renew rule: only the owner's live hold is extended, to `now + lease`.
+pub fn decide_renew(
+    current: Option<&LockRecord>,
+    owner: OwnerId,
+    now: Timestamp,
+    lease: Duration,
+) -> Option<LockRecord> {
+    let rec = current.filter(|r| r.owner == owner && r.is_held_at(now))?;
+    Some(LockRecord {
+        expires_at: now.saturating_add(lease),
+        ..rec.clone()
+    })
+}
+
+/// The release rule: the owner's hold loses one level; at zero it becomes a tombstone whose
+/// `expires_at` is the release time. The fencing token is never touched.
+pub fn decide_release(
+    current: Option<&LockRecord>,
+    owner: OwnerId,
+    now: Timestamp,
+) -> Option<LockRecord> {
+    let rec = current.filter(|r| r.owner == owner && r.count > 0)?;
+    let count = rec.count - 1;
+    Some(LockRecord {
+        count,
+        expires_at: if count == 0 {
+            rec.expires_at.min(now)
+        } else {
+            rec.expires_at
+        },
+        ..rec.clone()
+    })
+}
+
+/// The outcome reported for a record written by [`decide_acquire`].
+pub fn acquired(rec: &LockRecord) -> AcquireOutcome {
+    AcquireOutcome::Acquired {
+        fencing: rec.fencing,
+        count: rec.count,
+        expires_at: rec.expires_at,
+    }
+}
+
+/// Keys that begin with this character are internal to storage-lock (the fencing floor lives
+/// under one). Lock names and normalized keys may not contain control characters, so no user key
+/// can collide with them.
+pub const RESERVED_KEY_PREFIX: char = '\u{1f}';
+
+/// The key under which the per-storage fencing floor is kept (as a tombstone's fencing token).
+pub const FENCING_FLOOR_KEY: &str = "\u{1f}storage-lock:fencing-floor";
+
+/// Whether `key` is internal to storage-lock.
+pub fn is_reserved_key(key: &str) -> bool {
+    key.starts_with(RESERVED_KEY_PREFIX)
+}

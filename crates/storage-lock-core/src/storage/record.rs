@@ -1,0 +1,229 @@
+//! The stored lock record and the small value types around it.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A point in time on the storage's clock: milliseconds since the Unix epoch.
+///
+/// Millisecond resolution is what every backend can store and compare exactly; leases are
+/// expected to be at least tens of milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    /// The timestamp `millis` milliseconds after the Unix epoch.
+    pub const fn from_millis(millis: u64) -> Self {
+        Self(millis)
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// `self + by`, saturating at the largest representable timestamp.
+    pub fn saturating_add(self, by: Duration) -> Self {
+        Self(
+            self.0
+                .saturating_add(u64::try_from(by.as_millis()).unwrap_or(u64::MAX)),
+        )
+    }
+
+    /// How long after `earlier` this timestamp is (zero if it is not later).
+    pub fn saturating_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0))
+    }
+
+    /// The same instant as a [`SystemTime`], or `None` if the platform cannot represent it.
+    pub fn to_system_time(self) -> Option<SystemTime> {
+        UNIX_EPOCH.checked_add(Duration::from_millis(self.0))
+    }
+}
+
+/// The identity of one holder: 128 random bits.
+///
+/// An owner id is the secret that renews and releases a hold; the engine draws a fresh one for
+/// every [`crate::LockHandle`] from a cryptographically secure generator. The reentrant API
+/// ([`crate::StorageLock::lock_reentrant`]) takes the caller's own.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(u128);
+
+impl OwnerId {
+    /// A fresh random owner id (thread-local CSPRNG).
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    /// The owner id with the given bits.
+    pub const fn from_u128(bits: u128) -> Self {
+        Self(bits)
+    }
+
+    /// The 128 bits of this id.
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// The 16 big-endian bytes of this id (how SQL backends store it).
+    pub const fn to_bytes(self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+
+    /// The owner id stored as 16 big-endian bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        Some(Self(u128::from_be_bytes(bytes.try_into().ok()?)))
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only a prefix: the full id is a secret that renews and releases the hold.
+        write!(f, "OwnerId({:08x}…)", (self.0 >> 96) as u32)
+    }
+}
+
+impl std::str::FromStr for OwnerId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        u128::from_str_radix(s, 16).map(Self)
+    }
+}
+
+/// Who holds a lock, for people and tools (never used for decisions).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HolderInfo {
+    /// Host name of the holder.
+    pub host: String,
+    /// Process id of the holder.
+    pub pid: u32,
+    /// Free-form note (e.g. the command a CLI runs under the lock).
+    pub note: Option<String>,
+}
+
+impl HolderInfo {
+    /// Host name and pid of the current process, without a note.
+    pub fn this_process() -> Self {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown".to_owned());
+        Self {
+            host,
+            pid: std::process::id(),
+            note: None,
+        }
+    }
+}
+
+/// One lock record as a storage keeps it.
+///
+/// `count == 0` is a **tombstone**: the lock is free, but the record (and so its fencing
+/// counter) survives. A record with `count > 0` is held until `expires_at` on the storage clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockRecord {
+    /// The current (or last) holder.
+    pub owner: OwnerId,
+    /// Reentrancy depth; 0 = released.
+    pub count: u32,
+    /// Fencing token of the current (or last) acquisition; strictly increasing per key.
+    pub fencing: u64,
+    /// When the current (or last) acquisition happened.
+    pub acquired_at: Timestamp,
+    /// When the hold lapses (for a tombstone: when it was released).
+    pub expires_at: Timestamp,
+    /// Who holds it.
+    pub holder: Option<HolderInfo>,
+}
+
+impl LockRecord {
+    /// Whether the record grants the lock to its owner at `now`.
+    pub fn is_held_at(&self, now: Timestamp) -> bool {
+        self.count > 0 && self.expires_at > now
+    }
+}
+
+/// The opaque version a storage attaches to a record; it guards compare-and-set.
+///
+/// Backends build it from what they have (a row version, an etcd `mod_revision`, an S3 ETag);
+/// users of the lock API never see it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Version(VersionRepr);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum VersionRepr {
+    Number(u64),
+    Text(String),
+}
+
+impl Version {
+    /// A numeric version (row version, revision, counter).
+    pub const fn from_u64(v: u64) -> Self {
+        Self(VersionRepr::Number(v))
+    }
+
+    /// A textual version (ETag and the like).
+    pub fn from_text(v: impl Into<String>) -> Self {
+        Self(VersionRepr::Text(v.into()))
+    }
+
+    /// The numeric version, if this is one.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self.0 {
+            VersionRepr::Number(n) => Some(n),
+            VersionRepr::Text(_) => None,
+        }
+    }
+
+    /// The textual version, if this is one.
+    pub fn as_text(&self) -> Option<&str> {
+        match &self.0 {
+            VersionRepr::Text(t) => Some(t),
+            VersionRepr::Number(_) => None,
+        }
+    }
+}
+
+/// A record together with the version that guards it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The record.
+    pub record: LockRecord,
+    /// Its current version.
+    pub version: Version,
+}
+
+/// Where a [`crate::Storage::list`] page starts and how long it may be.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PageRequest {
+    /// Return only keys strictly greater than this one (the `next` of the previous page).
+    pub after: Option<String>,
+    /// At most this many entries (0 means the backend's default of 1000).
+    pub limit: usize,
+}
+
+impl PageRequest {
+    /// The effective limit (1000 when unset).
+    pub fn effective_limit(&self) -> usize {
+        if self.limit == 0 { 1000 } else { self.limit }
+    }
+}
+
+/// One page of a listing, in ascending key order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Page {
+    /// Keys and their records.
+    pub entries: Vec<(String, Stored)>,
+    /// Pass as [`PageRequest::after`] to get the next page; `None` on the last page.
+    pub next: Option<String>,
+}
