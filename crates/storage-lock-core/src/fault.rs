@@ -4,6 +4,7 @@
 //! These are the only "mocks" storage-lock uses: the data always lives in a real storage.
 
 use std::io;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -41,6 +42,7 @@ pub struct FaultyStorage<S> {
     outage: AtomicBool,
     fail_renewals: AtomicBool,
     delay_micros: AtomicU64,
+    capabilities: Mutex<Option<Capabilities>>,
 }
 
 impl<S: Storage> FaultyStorage<S> {
@@ -52,7 +54,14 @@ impl<S: Storage> FaultyStorage<S> {
             outage: AtomicBool::new(false),
             fail_renewals: AtomicBool::new(false),
             delay_micros: AtomicU64::new(0),
+            capabilities: Mutex::new(None),
         }
+    }
+
+    /// Declares `caps` instead of the wrapped storage's capabilities (to test the capability
+    /// gate); `None` restores them.
+    pub fn set_capabilities(&self, caps: Option<Capabilities>) {
+        *self.capabilities.lock().unwrap_or_else(|e| e.into_inner()) = caps;
     }
 
     /// The wrapped storage.
@@ -113,7 +122,10 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         self.inner.name()
     }
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.capabilities
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|| self.inner.capabilities())
     }
     async fn now(&self) -> Result<Timestamp, StorageError> {
         self.enter(Op::Now).await?;

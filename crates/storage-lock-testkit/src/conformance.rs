@@ -1,0 +1,417 @@
+//! The storage conformance suite: what every [`Storage`] must do, through its primitives and its
+//! lock operations. Each case takes a fresh storage and panics on a violation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::{
+    AcquireOutcome, AcquireRequest, HolderInfo, LockRecord, OwnerId, PageRequest, ReleaseOutcome,
+    RenewOutcome, Storage, StorageError, SystemClock, Clock,
+};
+
+use crate::unique_prefix;
+
+/// Writers in the racing cases.
+pub const RACERS: usize = 16;
+
+fn record(owner: OwnerId, fencing: u64, holder: Option<HolderInfo>) -> LockRecord {
+    let now = SystemClock.now();
+    LockRecord {
+        owner,
+        count: 1,
+        fencing,
+        acquired_at: now,
+        expires_at: now.saturating_add(Duration::from_secs(30)),
+        holder,
+    }
+}
+
+fn request(owner: OwnerId, lease: Duration, reentrant: bool) -> AcquireRequest {
+    AcquireRequest {
+        owner,
+        lease,
+        holder: Some(HolderInfo {
+            host: "conformance".into(),
+            pid: 42,
+            note: Some("suite".into()),
+        }),
+        reentrant,
+    }
+}
+
+fn fencing_of(outcome: &AcquireOutcome) -> u64 {
+    match outcome {
+        AcquireOutcome::Acquired { fencing, .. } => *fencing,
+        busy => panic!("expected Acquired, got {busy:?}"),
+    }
+}
+
+/// `create` then `get` returns the same record, holder info included (with and without a note,
+/// and with no holder at all).
+pub async fn create_then_get<S: Storage>(s: S) {
+    let p = unique_prefix("create_then_get");
+    let with_note = record(
+        OwnerId::random(),
+        7,
+        Some(HolderInfo {
+            host: "host-a".into(),
+            pid: 1234,
+            note: Some("nightly backup ✓".into()),
+        }),
+    );
+    let without_note = record(
+        OwnerId::random(),
+        8,
+        Some(HolderInfo {
+            host: "host-b".into(),
+            pid: 1,
+            note: None,
+        }),
+    );
+    let anonymous = record(OwnerId::random(), 9, None);
+    for (i, rec) in [with_note, without_note, anonymous].into_iter().enumerate() {
+        let key = format!("{p}{i}");
+        assert!(s.get(&key).await.unwrap().is_none());
+        let v = s.create(&key, &rec).await.unwrap();
+        let got = s.get(&key).await.unwrap().expect("created record");
+        assert_eq!(got.record, rec);
+        assert_eq!(got.version, v);
+    }
+}
+
+/// A second `create` of one key is [`StorageError::AlreadyExists`] and changes nothing.
+pub async fn create_duplicate_is_already_exists<S: Storage>(s: S) {
+    let key = unique_prefix("dup") + "k";
+    let first = record(OwnerId::random(), 1, None);
+    s.create(&key, &first).await.unwrap();
+    let err = s
+        .create(&key, &record(OwnerId::random(), 2, None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::AlreadyExists { .. }), "{err:?}");
+    assert_eq!(s.get(&key).await.unwrap().unwrap().record, first);
+}
+
+/// `update` with a stale version, or of a missing key, is [`StorageError::Conflict`]; a
+/// successful update yields a new version.
+pub async fn stale_update_is_conflict<S: Storage>(s: S) {
+    let p = unique_prefix("stale_update");
+    let key = format!("{p}k");
+    let v1 = s
+        .create(&key, &record(OwnerId::random(), 1, None))
+        .await
+        .unwrap();
+    let second = record(OwnerId::random(), 2, None);
+    let v2 = s.update(&key, &v1, &second).await.unwrap();
+    assert_ne!(v1, v2, "an update must change the version");
+    let err = s
+        .update(&key, &v1, &record(OwnerId::random(), 3, None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
+    assert_eq!(s.get(&key).await.unwrap().unwrap().record, second);
+    let err = s
+        .update(&format!("{p}missing"), &v2, &second)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
+}
+
+/// `delete` with a stale version is [`StorageError::Conflict`]; with the current one it removes
+/// the record. Storages without conditional delete say [`StorageError::Unsupported`].
+pub async fn stale_delete_is_conflict<S: Storage>(s: S) {
+    let key = unique_prefix("stale_delete") + "k";
+    let v1 = s
+        .create(&key, &record(OwnerId::random(), 1, None))
+        .await
+        .unwrap();
+    let v2 = s
+        .update(&key, &v1, &record(OwnerId::random(), 2, None))
+        .await
+        .unwrap();
+    if !s.capabilities().conditional_delete {
+        let err = s.delete(&key, &v2).await.unwrap_err();
+        assert!(matches!(err, StorageError::Unsupported { .. }), "{err:?}");
+        return;
+    }
+    let err = s.delete(&key, &v1).await.unwrap_err();
+    assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
+    assert!(s.get(&key).await.unwrap().is_some());
+    s.delete(&key, &v2).await.unwrap();
+    assert!(s.get(&key).await.unwrap().is_none());
+    let err = s.delete(&key, &v2).await.unwrap_err();
+    assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
+}
+
+async fn race<S: Storage, T: Send + 'static>(
+    s: Arc<S>,
+    f: impl Fn(Arc<S>, usize) -> tokio::task::JoinHandle<T>,
+) -> Vec<T> {
+    let handles: Vec<_> = (0..RACERS).map(|i| f(s.clone(), i)).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("racer panicked"));
+    }
+    out
+}
+
+/// [`RACERS`] concurrent `create`s of one key: exactly one wins, the rest are `AlreadyExists`.
+pub async fn racing_creates_have_one_winner<S: Storage>(s: S) {
+    let key = unique_prefix("racing_creates") + "k";
+    let results = race(Arc::new(s), |s, i| {
+        let key = key.clone();
+        tokio::spawn(async move { s.create(&key, &record(OwnerId::random(), i as u64, None)).await })
+    })
+    .await;
+    let winners = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(winners, 1, "{results:?}");
+    assert!(results
+        .iter()
+        .all(|r| r.as_ref().is_ok() || matches!(r, Err(StorageError::AlreadyExists { .. }))));
+}
+
+/// [`RACERS`] concurrent `update`s from the same version: exactly one wins, the rest conflict.
+pub async fn racing_updates_have_one_winner<S: Storage>(s: S) {
+    let key = unique_prefix("racing_updates") + "k";
+    let v = s
+        .create(&key, &record(OwnerId::random(), 0, None))
+        .await
+        .unwrap();
+    let results = race(Arc::new(s), |s, i| {
+        let (key, v) = (key.clone(), v.clone());
+        tokio::spawn(
+            async move { s.update(&key, &v, &record(OwnerId::random(), i as u64, None)).await },
+        )
+    })
+    .await;
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+    assert!(results
+        .iter()
+        .all(|r| r.is_ok() || matches!(r, Err(StorageError::Conflict { .. }))));
+}
+
+/// [`RACERS`] concurrent `try_acquire`s of a free key by different owners: exactly one acquires.
+pub async fn racing_acquires_have_one_winner<S: Storage>(s: S) {
+    let key = unique_prefix("racing_acquires") + "k";
+    let results = race(Arc::new(s), |s, _| {
+        let key = key.clone();
+        tokio::spawn(async move {
+            s.try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
+                .await
+                .unwrap()
+        })
+    })
+    .await;
+    let winners: Vec<_> = results
+        .iter()
+        .filter(|r| matches!(r, AcquireOutcome::Acquired { .. }))
+        .collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    assert_eq!(fencing_of(winners[0]), 1);
+}
+
+/// Release writes a tombstone (count 0, fencing kept) instead of deleting, and the next
+/// acquisition gets the next token.
+pub async fn release_writes_tombstone<S: Storage>(s: S) {
+    let key = unique_prefix("tombstone") + "k";
+    let a = OwnerId::random();
+    let first = fencing_of(&s.try_acquire(&key, &request(a, Duration::from_secs(30), false)).await.unwrap());
+    assert_eq!(
+        s.release(&key, OwnerId::random()).await.unwrap(),
+        ReleaseOutcome::NotHeld,
+        "a stranger cannot release"
+    );
+    assert_eq!(
+        s.release(&key, a).await.unwrap(),
+        ReleaseOutcome::Released { remaining: 0 }
+    );
+    let tomb = s.get(&key).await.unwrap().expect("tombstone kept").record;
+    assert_eq!(tomb.count, 0);
+    assert_eq!(tomb.fencing, first);
+    assert_eq!(s.release(&key, a).await.unwrap(), ReleaseOutcome::NotHeld);
+    let next = s
+        .try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
+        .await
+        .unwrap();
+    assert_eq!(fencing_of(&next), first + 1);
+}
+
+/// `list_locks` returns exactly the keys under a prefix, in order, across pages, without
+/// internal keys.
+pub async fn list_by_prefix_in_pages<S: Storage>(s: S) {
+    let p = unique_prefix("list");
+    let mut keys: Vec<String> = (0..5).map(|i| format!("{p}k{i}")).collect();
+    for k in keys.iter().rev() {
+        s.create(k, &record(OwnerId::random(), 1, None)).await.unwrap();
+    }
+    s.create(&format!("{p}"), &record(OwnerId::random(), 1, None)).await.unwrap();
+    s.create(&format!("{}other", unique_prefix("list")), &record(OwnerId::random(), 1, None))
+        .await
+        .unwrap();
+    s.raise_fencing_floor(1).await.unwrap();
+    keys.insert(0, p.clone());
+    let mut seen = Vec::new();
+    let mut page = PageRequest {
+        after: None,
+        limit: 2,
+    };
+    loop {
+        let got = s.list_locks(&p, &page).await.unwrap();
+        assert!(got.entries.len() <= 2);
+        seen.extend(got.entries.into_iter().map(|(k, _)| k));
+        match got.next {
+            Some(next) => page.after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, keys);
+    let everything = s.list_locks("", &PageRequest::default()).await.unwrap();
+    assert!(everything.entries.iter().all(|(k, _)| k != FENCING_FLOOR_KEY));
+}
+
+/// The storage clock does not run backwards across reads and is within ten minutes of this
+/// host's clock (all servers in these tests run on loopback).
+pub async fn clock_is_sane<S: Storage>(s: S) {
+    let mut last = s.now().await.unwrap();
+    for _ in 0..20 {
+        let now = s.now().await.unwrap();
+        assert!(now >= last, "storage clock went backwards: {last:?} → {now:?}");
+        last = now;
+    }
+    let here = SystemClock.now();
+    let skew = here.saturating_since(last).max(last.saturating_since(here));
+    assert!(skew < Duration::from_secs(600), "storage clock is {skew:?} off");
+}
+
+/// Only the owner's live hold renews; an expired one does not, even if nobody took it.
+pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
+    let key = unique_prefix("renew") + "k";
+    let a = OwnerId::random();
+    let acquired = s.try_acquire(&key, &request(a, Duration::from_millis(300), false)).await.unwrap();
+    let AcquireOutcome::Acquired { expires_at, .. } = acquired else {
+        panic!("{acquired:?}")
+    };
+    assert_eq!(
+        s.renew(&key, OwnerId::random(), Duration::from_secs(5)).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
+    match s.renew(&key, a, Duration::from_secs(5)).await.unwrap() {
+        RenewOutcome::Renewed { expires_at: later } => assert!(later > expires_at),
+        other => panic!("{other:?}"),
+    }
+    match s.renew(&key, a, Duration::from_millis(100)).await.unwrap() {
+        RenewOutcome::Renewed { .. } => {}
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(
+        s.renew(&key, a, Duration::from_secs(5)).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
+    assert_eq!(
+        s.renew(&format!("{key}-missing"), a, Duration::from_secs(5)).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
+}
+
+/// An expired hold is free: another owner takes it with the next fencing token.
+pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
+    let key = unique_prefix("takeover") + "k";
+    let first = fencing_of(
+        &s.try_acquire(&key, &request(OwnerId::random(), Duration::from_millis(100), false))
+            .await
+            .unwrap(),
+    );
+    let busy = s
+        .try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
+        .await
+        .unwrap();
+    assert!(matches!(busy, AcquireOutcome::Busy { .. }), "{busy:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = s
+        .try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
+        .await
+        .unwrap();
+    assert_eq!(fencing_of(&second), first + 1);
+}
+
+/// Reentrant requests of the owner add levels and keep the token; release removes one level at
+/// a time; a non-reentrant request of the same owner is busy.
+pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
+    let key = unique_prefix("reentrant") + "k";
+    let a = OwnerId::random();
+    let lease = Duration::from_secs(30);
+    let first = s.try_acquire(&key, &request(a, lease, true)).await.unwrap();
+    let second = s.try_acquire(&key, &request(a, lease, true)).await.unwrap();
+    let (AcquireOutcome::Acquired { fencing: f1, count: 1, .. }, AcquireOutcome::Acquired { fencing: f2, count: 2, .. }) =
+        (&first, &second)
+    else {
+        panic!("{first:?} {second:?}")
+    };
+    assert_eq!(f1, f2);
+    let same_owner_plain = s.try_acquire(&key, &request(a, lease, false)).await.unwrap();
+    assert!(matches!(same_owner_plain, AcquireOutcome::Busy { .. }));
+    let other = s.try_acquire(&key, &request(OwnerId::random(), lease, true)).await.unwrap();
+    assert!(matches!(other, AcquireOutcome::Busy { .. }));
+    assert_eq!(s.release(&key, a).await.unwrap(), ReleaseOutcome::Released { remaining: 1 });
+    let other = s.try_acquire(&key, &request(OwnerId::random(), lease, true)).await.unwrap();
+    assert!(matches!(other, AcquireOutcome::Busy { .. }));
+    assert_eq!(s.release(&key, a).await.unwrap(), ReleaseOutcome::Released { remaining: 0 });
+    let b = s.try_acquire(&key, &request(OwnerId::random(), lease, true)).await.unwrap();
+    assert_eq!(fencing_of(&b), *f1 + 1);
+}
+
+/// A busy answer names the holder and when its hold lapses.
+pub async fn busy_reports_holder_and_expiry<S: Storage>(s: S) {
+    let key = unique_prefix("busy") + "k";
+    let lease = Duration::from_secs(10);
+    s.try_acquire(&key, &request(OwnerId::random(), lease, false)).await.unwrap();
+    let busy = s.try_acquire(&key, &request(OwnerId::random(), lease, false)).await.unwrap();
+    let AcquireOutcome::Busy { holder, .. } = &busy else { panic!("{busy:?}") };
+    assert_eq!(holder.as_ref().map(|h| h.pid), Some(42));
+    assert_eq!(holder.as_ref().and_then(|h| h.note.as_deref()), Some("suite"));
+    let left = busy.busy_for().unwrap();
+    assert!(left <= lease && left > lease - Duration::from_secs(5), "{left:?}");
+}
+
+/// Fresh keys start above the fencing floor; the floor never goes down.
+pub async fn fresh_keys_start_above_floor<S: Storage>(s: S) {
+    let floor = s.fencing_floor().await.unwrap();
+    let raised = s.raise_fencing_floor(floor + 1000).await.unwrap();
+    assert!(raised >= floor + 1000);
+    assert!(s.raise_fencing_floor(1).await.unwrap() >= raised, "the floor went down");
+    let key = unique_prefix("floor") + "k";
+    let token = fencing_of(
+        &s.try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
+            .await
+            .unwrap(),
+    );
+    assert!(token > raised, "fresh key got {token}, floor is {raised}");
+}
+
+/// Sweeping old tombstones raises the floor first, so a swept key's next token is still higher.
+pub async fn sweep_keeps_fencing_monotonic<S: Storage>(s: S) {
+    let p = unique_prefix("sweep");
+    let key = format!("{p}k");
+    let a = OwnerId::random();
+    let mut last = 0;
+    for _ in 0..3 {
+        last = fencing_of(&s.try_acquire(&key, &request(a, Duration::from_secs(30), false)).await.unwrap());
+        s.release(&key, a).await.unwrap();
+    }
+    let held = format!("{p}held");
+    s.try_acquire(&held, &request(a, Duration::from_secs(30), false)).await.unwrap();
+    if !s.capabilities().conditional_delete {
+        let err = s.sweep(&p, Duration::ZERO).await.unwrap_err();
+        assert!(matches!(err, StorageError::Unsupported { .. }));
+        return;
+    }
+    let report = s.sweep(&p, Duration::ZERO).await.unwrap();
+    assert_eq!(report.deleted, 1, "only the tombstone goes: {report:?}");
+    assert!(report.floor >= last);
+    assert!(s.get(&key).await.unwrap().is_none());
+    assert!(s.get(&held).await.unwrap().is_some(), "a live hold was swept");
+    let next = fencing_of(&s.try_acquire(&key, &request(a, Duration::from_secs(30), false)).await.unwrap());
+    assert!(next > last, "token went from {last} to {next} across a sweep");
+}

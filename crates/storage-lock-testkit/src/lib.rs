@@ -1,0 +1,128 @@
+//! The two suites every storage-lock backend runs, and the tools they check with.
+//!
+//! * [`conformance`] — the storage layer: CRUD, negative CAS (duplicate create, stale
+//!   update/delete), racing writers with exactly one winner, tombstones, listing, clock, the lock
+//!   operations' rules, fencing floor and sweep.
+//! * [`semantics`] — the lock contract: every row of the semantics matrix, reentrancy, lease
+//!   expiry, watchdog, contention under an [`OverlapDetector`], fencing monotonicity across
+//!   release/expiry/sweep, cancel safety, the lost signal, hand-off on release.
+//! * [`multiprocess`] — OS processes contending on one storage, checked through shared files.
+//!
+//! Every case is a `pub async fn` taking a fresh storage. A backend stamps all of them as named
+//! `#[tokio::test]`s with one macro call, once through its own lock operations and once through
+//! the default implementations ([`storage_lock_core::fault::PrimitivesOnly`]):
+//!
+//! ```ignore
+//! async fn storage() -> MyStorage { MyStorage::connect("…").await.unwrap() }
+//! storage_lock_testkit::storage_lock_suites!(storage);
+//! ```
+
+pub mod conformance;
+pub mod multiprocess;
+pub mod overlap;
+pub mod semantics;
+
+pub use overlap::OverlapDetector;
+
+/// A key prefix no other test uses, so suites can share one database.
+pub fn unique_prefix(test: &str) -> String {
+    format!("t{:016x}/{test}/", rand::random::<u64>())
+}
+
+/// Stamps every case of both suites as `#[tokio::test]`s for the storage made by `$factory`
+/// (a path to an `async fn() -> impl Storage`), in two modules: `overrides` (the backend as it
+/// is) and `defaults` (only its primitives, so the default lock operations run).
+#[macro_export]
+macro_rules! storage_lock_suites {
+    ($factory:path) => {
+        /// The suites against the backend's own lock operations.
+        mod overrides {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__all_cases!($crate::__stamp, { $factory().await });
+        }
+        /// The suites against the default lock operations built on the backend's primitives.
+        mod defaults {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__all_cases!(
+                $crate::__stamp,
+                { $crate::__core::fault::PrimitivesOnly($factory().await) }
+            );
+        }
+    };
+}
+
+#[doc(hidden)]
+pub use storage_lock_core as __core;
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __stamp {
+    ($make:block; $($suite:ident: [$($case:ident),* $(,)?]);* $(;)?) => {$(
+        mod $suite {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    $crate::$suite::$case($make).await;
+                }
+            )*
+        }
+    )*};
+}
+
+/// The list of cases, in one place; `$cb` is called with it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __all_cases {
+    ($cb:path, $make:block) => {
+        $cb! { $make;
+            conformance: [
+                create_then_get,
+                create_duplicate_is_already_exists,
+                stale_update_is_conflict,
+                stale_delete_is_conflict,
+                racing_creates_have_one_winner,
+                racing_updates_have_one_winner,
+                racing_acquires_have_one_winner,
+                release_writes_tombstone,
+                list_by_prefix_in_pages,
+                clock_is_sane,
+                renew_requires_owner_and_live_hold,
+                expired_hold_is_taken_over_with_next_token,
+                reentrant_acquire_counts_levels,
+                busy_reports_holder_and_expiry,
+                fresh_keys_start_above_floor,
+                sweep_keeps_fencing_monotonic,
+            ];
+            semantics: [
+                matrix_busy_until_wait_runs_out_returns_none,
+                matrix_cancelled_wait_leaves_holder_intact,
+                matrix_blank_name_rejected_before_storage,
+                matrix_invalid_options_rejected_before_storage,
+                matrix_lease_expiry_marks_handle_lost,
+                matrix_renewal_failure_is_fail_closed,
+                matrix_double_release_is_idempotent,
+                matrix_fencing_strictly_increasing_across_release_expiry_and_sweep,
+                matrix_same_key_twice_is_not_reentrant,
+                checklist_provider_info_reports_process_locality,
+                checklist_different_keys_do_not_block,
+                checklist_released_handle_renew_returns_lost_without_state_change,
+                checklist_failure_after_grant_releases_first,
+                checklist_expires_at_is_storage_clock_plus_lease,
+                checklist_unsafe_storage_is_refused,
+                watchdog_keeps_lock_past_several_leases,
+                watchdog_outage_turns_handle_lost_by_local_deadline,
+                reentrant_counts_levels_and_keeps_token,
+                mutual_exclusion_under_contention,
+                cancel_safety_dropped_acquires_leave_no_holder,
+                handoff_on_release,
+                waiter_acquires_when_holder_expires,
+                dropped_handle_releases_in_background,
+                events_are_emitted,
+            ];
+        }
+    };
+}

@@ -1,0 +1,507 @@
+//! The lock semantics suite: the [`DistributedLock`] contract over a [`StorageLock`] on the
+//! given storage. Cases named `matrix_*` are the rows of the contract's semantics matrix,
+//! `checklist_*` the provider checklist; the rest cover the engine's extras.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use storage_lock_core::fault::{FaultyStorage, Op};
+use storage_lock_core::{
+    AcquireOptions, Capabilities, DistributedLock, LockError, LockEventKind, LockHandle, OwnerId,
+    RenewalResult, Storage, StorageLock, TimeSource, Wait,
+};
+use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
+
+use crate::{OverlapDetector, unique_prefix};
+
+fn locks<S: Storage>(s: S) -> StorageLock<S> {
+    StorageLock::new(s).expect("storage passes the capability gate")
+}
+
+fn opts(wait: Wait, lease: Duration) -> AcquireOptions {
+    AcquireOptions::default().wait(wait).lease(lease)
+}
+
+async fn hold(l: &impl DistributedLock, name: &str, lease: Duration) -> LockHandle {
+    l.try_acquire(name, &opts(Wait::None, lease))
+        .await
+        .unwrap()
+        .expect("lock should be free")
+}
+
+/// Busy and out of wait budget is `Ok(None)` — at once for `Wait::None`, after the budget for
+/// `Wait::For`.
+pub async fn matrix_busy_until_wait_runs_out_returns_none<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("busy");
+    let _h = hold(&l, &name, Duration::from_secs(30)).await;
+    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_none());
+    let start = Instant::now();
+    let r = l.try_acquire_for(&name, Duration::from_millis(200)).await.unwrap();
+    assert!(r.is_none());
+    assert!(start.elapsed() >= Duration::from_millis(200));
+}
+
+/// A cancelled wait ends with [`LockError::Cancelled`] (or a dropped future); the holder keeps
+/// its lock.
+pub async fn matrix_cancelled_wait_leaves_holder_intact<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("cancel");
+    let h = hold(&l, &name, Duration::from_secs(30)).await;
+    let cancel = CancellationToken::new();
+    let waiter = {
+        let (l, name, cancel) = (l.clone(), name.clone(), cancel.clone());
+        tokio::spawn(async move {
+            l.try_acquire(&name, &opts(Wait::Forever, Duration::from_secs(30)).cancel(cancel))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    cancel.cancel();
+    let result = timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+    assert!(matches!(result, Err(LockError::Cancelled)), "{result:?}");
+    // Dropping the future is the other way to cancel.
+    let dropped = timeout(
+        Duration::from_millis(50),
+        l.try_acquire(&name, &opts(Wait::Forever, Duration::from_secs(30))),
+    )
+    .await;
+    assert!(dropped.is_err());
+    assert!(!h.is_lost());
+    assert!(matches!(h.try_renew(None).await.unwrap(), RenewalResult::Renewed { .. }));
+    // A token cancelled up front stops before any attempt.
+    let pre = CancellationToken::new();
+    pre.cancel();
+    let r = l.try_acquire(&unique_prefix("free"), &AcquireOptions::default().cancel(pre)).await;
+    assert!(matches!(r, Err(LockError::Cancelled)));
+}
+
+/// Empty, blank, over-long and control-character names are [`LockError::InvalidName`], raised
+/// before any storage call.
+pub async fn matrix_blank_name_rejected_before_storage<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let long = "x".repeat(storage_lock_core::MAX_NAME_LEN + 1);
+    for name in ["", "   ", "\t\n", long.as_str(), "a\u{1f}b", "line\nbreak"] {
+        let r = l.try_acquire(name, &AcquireOptions::default()).await;
+        assert!(matches!(r, Err(LockError::InvalidName { .. })), "{name:?}: {r:?}");
+    }
+    assert_eq!(faulty.total_calls(), 0, "a storage call happened before validation");
+    let max = "y".repeat(storage_lock_core::MAX_NAME_LEN);
+    assert!(l.try_acquire(&max, &AcquireOptions::default()).await.unwrap().is_some());
+}
+
+/// Zero lease, zero auto-renew, and auto-renew ≥ lease are [`LockError::InvalidOptions`], raised
+/// before any storage call; so is renewing with a zero lease.
+pub async fn matrix_invalid_options_rejected_before_storage<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let name = unique_prefix("options");
+    let bad = [
+        AcquireOptions::default().lease(Duration::ZERO),
+        AcquireOptions::default().auto_renew(Duration::ZERO),
+        AcquireOptions::default().lease(Duration::from_secs(1)).auto_renew(Duration::from_secs(1)),
+        AcquireOptions::default().lease(Duration::from_secs(1)).auto_renew(Duration::from_secs(2)),
+    ];
+    for o in &bad {
+        let r = l.try_acquire(&name, o).await;
+        assert!(matches!(r, Err(LockError::InvalidOptions { .. })), "{o:?}: {r:?}");
+    }
+    assert_eq!(faulty.total_calls(), 0);
+    let h = hold(&l, &name, Duration::from_secs(30)).await;
+    let before = faulty.calls(Op::Renew);
+    let r = h.try_renew(Some(Duration::ZERO)).await;
+    assert!(matches!(r, Err(LockError::InvalidOptions { .. })), "{r:?}");
+    assert_eq!(faulty.calls(Op::Renew), before);
+    assert!(!h.is_lost());
+}
+
+/// A lease that runs out turns the handle lost: `is_lost()`, `lost()` completes, `lost_token()`
+/// is cancelled; the next holder gets a higher token.
+pub async fn matrix_lease_expiry_marks_handle_lost<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("expiry");
+    let lease = Duration::from_millis(300);
+    let h = hold(&l, &name, lease).await;
+    let token = h.lost_token();
+    assert!(!h.is_lost());
+    timeout(lease + Duration::from_millis(500), h.lost()).await.expect("lost() fired");
+    assert!(h.is_lost());
+    timeout(Duration::from_secs(1), token.cancelled()).await.expect("lost_token cancelled");
+    assert_eq!(h.try_renew(None).await.unwrap(), RenewalResult::Lost);
+    let next = l
+        .try_acquire(&name, &opts(Wait::For(Duration::from_secs(2)), lease))
+        .await
+        .unwrap()
+        .expect("expired lock is free");
+    assert!(next.fencing_token() > h.fencing_token());
+}
+
+/// A renewal that cannot confirm the hold returns [`RenewalResult::Lost`] (not an error) and
+/// turns the handle lost.
+pub async fn matrix_renewal_failure_is_fail_closed<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let name = unique_prefix("failclosed");
+    let h = hold(&l, &name, Duration::from_secs(30)).await;
+    faulty.set_fail_renewals(true);
+    assert_eq!(h.try_renew(None).await.unwrap(), RenewalResult::Lost);
+    assert!(h.is_lost());
+    timeout(Duration::from_secs(1), h.lost()).await.expect("lost() fired");
+    faulty.set_fail_renewals(false);
+    assert_eq!(h.try_renew(None).await.unwrap(), RenewalResult::Lost, "lost is terminal");
+    // Taken over after expiry: the storage says "not held".
+    let name2 = unique_prefix("failclosed-takeover");
+    let h2 = hold(&l, &name2, Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _other = hold(&l, &name2, Duration::from_secs(30)).await;
+    assert_eq!(h2.try_renew(None).await.unwrap(), RenewalResult::Lost);
+    assert!(h2.is_lost());
+}
+
+/// A second `release()` (and the drop after it) does no storage I/O.
+pub async fn matrix_double_release_is_idempotent<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let h = hold(&l, &unique_prefix("idempotent"), Duration::from_secs(30)).await;
+    h.release().await.unwrap();
+    h.release().await.unwrap();
+    drop(h);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(faulty.calls(Op::Release), 1);
+}
+
+/// 10 000 acquisitions of one key, through release, expiry takeover and sweeps: every token is
+/// strictly greater than the one before.
+pub async fn matrix_fencing_strictly_increasing_across_release_expiry_and_sweep<S: Storage>(s: S) {
+    let l = locks(s);
+    let prefix = unique_prefix("fencing");
+    let name = format!("{prefix}k");
+    let sweeps = l.storage().capabilities().conditional_delete;
+    let mut last = 0u64;
+    for i in 0..10_000u32 {
+        let expire = i % 500 == 499;
+        let lease = if expire { Duration::from_millis(30) } else { Duration::from_secs(30) };
+        let h = l
+            .try_acquire(&name, &opts(Wait::For(Duration::from_secs(5)), lease))
+            .await
+            .unwrap()
+            .expect("free");
+        let token = h.fencing_token();
+        assert!(token > last, "acquisition {i}: token {token} after {last}");
+        last = token;
+        if expire {
+            std::mem::forget(h); // never released: the next holder takes over after expiry
+        } else {
+            h.release().await.unwrap();
+        }
+        if sweeps && i % 1000 == 999 {
+            l.storage().sweep(&prefix, Duration::ZERO).await.unwrap();
+        }
+    }
+}
+
+/// The same key twice, even from the same task, waits and times out: not reentrant.
+pub async fn matrix_same_key_twice_is_not_reentrant<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("notreentrant");
+    let _h = hold(&l, &name, Duration::from_secs(30)).await;
+    let again = l.try_acquire_for(&name, Duration::from_millis(100)).await.unwrap();
+    assert!(again.is_none());
+}
+
+/// [`storage_lock_core::ProviderInfo`] tells the truth about process locality.
+pub async fn checklist_provider_info_reports_process_locality<S: Storage>(s: S) {
+    let caps = s.capabilities();
+    let name = s.name().to_owned();
+    let info = locks(s).provider();
+    assert_eq!(info.process_local, caps.process_local);
+    assert_eq!(info.name, name);
+}
+
+/// Holding one key never blocks another.
+pub async fn checklist_different_keys_do_not_block<S: Storage>(s: S) {
+    let l = locks(s);
+    let p = unique_prefix("keys");
+    let _a = hold(&l, &format!("{p}a"), Duration::from_secs(30)).await;
+    let _b = hold(&l, &format!("{p}b"), Duration::from_secs(30)).await;
+}
+
+/// Renewing a released handle returns `Lost` without I/O and without making it lost.
+pub async fn checklist_released_handle_renew_returns_lost_without_state_change<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let h = hold(&l, &unique_prefix("released"), Duration::from_secs(30)).await;
+    let token = h.lost_token();
+    h.release().await.unwrap();
+    assert_eq!(h.try_renew(None).await.unwrap(), RenewalResult::Lost);
+    assert_eq!(faulty.calls(Op::Renew), 0);
+    assert!(!h.is_lost());
+    assert!(!token.is_cancelled());
+    assert!(timeout(Duration::from_millis(50), h.lost()).await.is_err(), "lost() fired after release");
+}
+
+/// A failure after the storage granted the lock (here: a lease too long to represent as a
+/// deadline) releases the grant before returning the error.
+pub async fn checklist_failure_after_grant_releases_first<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("aftergrant");
+    let r = l.try_acquire(&name, &opts(Wait::None, Duration::MAX)).await;
+    assert!(matches!(r, Err(LockError::LeaseOutOfRange { .. })), "{r:?}");
+    let h = l.try_acquire(&name, &AcquireOptions::default()).await.unwrap();
+    assert!(h.is_some(), "the failed grant was left held");
+}
+
+/// `expires_at()` is the storage clock at acquisition plus the lease, and moves on renewal.
+pub async fn checklist_expires_at_is_storage_clock_plus_lease<S: Storage>(s: S) {
+    let l = locks(s);
+    let lease = Duration::from_secs(20);
+    let before = l.storage().now().await.unwrap().to_system_time().unwrap();
+    let h = hold(&l, &unique_prefix("expires"), lease).await;
+    let after = l.storage().now().await.unwrap().to_system_time().unwrap();
+    let slack = Duration::from_millis(5);
+    assert!(h.expires_at() + slack >= before + lease && h.expires_at() <= after + lease + slack);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let RenewalResult::Renewed { expires_at } = h.try_renew(Some(Duration::from_secs(40))).await.unwrap() else {
+        panic!("renewal failed")
+    };
+    assert!(expires_at > h.expires_at() - Duration::from_millis(1) && expires_at >= after + Duration::from_secs(39));
+    assert_eq!(h.expires_at(), expires_at);
+    assert!(h.expires_at() > SystemTime::now());
+}
+
+/// A storage without linearizable CAS or without a time source is refused unless the caller
+/// opts out explicitly.
+pub async fn checklist_unsafe_storage_is_refused<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let real = faulty.capabilities();
+    let weak: [Capabilities; 2] = [
+        real.with_linearizable_cas(false),
+        real.with_time_source(TimeSource::None),
+    ];
+    for caps in weak {
+        faulty.set_capabilities(Some(caps));
+        let r = StorageLock::builder_arc(faulty.clone()).build();
+        assert!(matches!(r, Err(LockError::Unsafe { .. })), "{caps:?}");
+        assert!(StorageLock::builder_arc(faulty.clone()).skip_capability_check().build().is_ok());
+    }
+}
+
+/// With auto-renew, a hold outlives several leases; others stay out until it is released.
+pub async fn watchdog_keeps_lock_past_several_leases<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("watchdog");
+    let lease = Duration::from_millis(300);
+    let h = l
+        .try_acquire(&name, &opts(Wait::None, lease).auto_renew(Duration::from_millis(100)))
+        .await
+        .unwrap()
+        .unwrap();
+    let first_expiry = h.expires_at();
+    tokio::time::sleep(lease * 4).await;
+    assert!(!h.is_lost());
+    assert!(h.expires_at() > first_expiry);
+    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_none());
+    h.release().await.unwrap();
+    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_some());
+}
+
+/// With auto-renew and the storage unreachable, the handle turns lost no later than its local
+/// deadline (fail-closed), without panicking; after the storage is back, acquisitions work.
+pub async fn watchdog_outage_turns_handle_lost_by_local_deadline<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let name = unique_prefix("outage");
+    let lease = Duration::from_millis(400);
+    let h = l
+        .try_acquire(&name, &opts(Wait::None, lease).auto_renew(Duration::from_millis(100)))
+        .await
+        .unwrap()
+        .unwrap();
+    let cut = Instant::now();
+    faulty.set_outage(true);
+    timeout(lease + Duration::from_millis(200), h.lost()).await.expect("lost by the deadline");
+    assert!(cut.elapsed() <= lease + Duration::from_millis(200));
+    assert!(h.is_lost());
+    faulty.set_outage(false);
+    let next = l
+        .try_acquire(&name, &opts(Wait::For(Duration::from_secs(2)), lease))
+        .await
+        .unwrap()
+        .expect("acquirable after the outage");
+    assert!(next.fencing_token() > h.fencing_token());
+}
+
+/// The reentrant API counts levels per owner and keeps one fencing token for all of them.
+pub async fn reentrant_counts_levels_and_keeps_token<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("reentrant");
+    let (a, b) = (OwnerId::random(), OwnerId::random());
+    let o = AcquireOptions::default();
+    let one = l.lock_reentrant(&name, a, &o).await.unwrap().unwrap();
+    let two = l.lock_reentrant(&name, a, &o).await.unwrap().unwrap();
+    assert_eq!((one.count, two.count), (1, 2));
+    assert_eq!(one.fencing_token, two.fencing_token);
+    assert_eq!(l.fencing_token(&name, a).await.unwrap(), Some(one.fencing_token));
+    assert_eq!(l.fencing_token(&name, b).await.unwrap(), None);
+    assert!(l.lock_reentrant(&name, b, &o).await.unwrap().is_none());
+    assert!(l.renew_reentrant(&name, a, Duration::from_secs(10)).await.unwrap().is_some());
+    assert!(l.renew_reentrant(&name, b, Duration::from_secs(10)).await.unwrap().is_none());
+    assert_eq!(l.unlock_reentrant(&name, a).await.unwrap(), 1);
+    assert!(l.lock_reentrant(&name, b, &o).await.unwrap().is_none());
+    assert_eq!(l.unlock_reentrant(&name, a).await.unwrap(), 0);
+    assert!(matches!(l.unlock_reentrant(&name, a).await, Err(LockError::NotHeld { .. })));
+    let other = l.lock_reentrant(&name, b, &o).await.unwrap().unwrap();
+    assert_eq!(other.fencing_token, one.fencing_token + 1);
+    let r = l.lock_reentrant(&name, b, &o.clone().auto_renew(Duration::from_secs(1))).await;
+    assert!(matches!(r, Err(LockError::InvalidOptions { .. })));
+}
+
+/// Tasks contending for one lock never overlap: checked by an [`OverlapDetector`] (non-atomic
+/// read-modify-write and a fenced resource), not by a synchronised counter.
+pub async fn mutual_exclusion_under_contention<S: Storage>(s: S) {
+    const TASKS: u64 = 8;
+    const ROUNDS: u64 = 40;
+    let l = locks(s);
+    let name = unique_prefix("exclusion");
+    let detector = Arc::new(OverlapDetector::new());
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (l, name, detector) = (l.clone(), name.clone(), detector.clone());
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let h = l
+                        .try_acquire(&name, &opts(Wait::Forever, Duration::from_secs(30)))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    detector.critical_section(h.fencing_token()).await;
+                    h.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        timeout(Duration::from_secs(120), t).await.unwrap().unwrap();
+    }
+    detector.assert_exclusive(TASKS * ROUNDS);
+}
+
+/// Thousands of acquire futures dropped at random points (before, during and after the storage
+/// call) leave no holder behind once the background releases have run.
+pub async fn cancel_safety_dropped_acquires_leave_no_holder<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let name = unique_prefix("cancelsafety");
+    let o = opts(Wait::For(Duration::from_millis(20)), Duration::from_secs(30));
+    let mut acquired = 0;
+    for i in 0..2_000u32 {
+        let polls = rand::random::<u32>() % 12;
+        let fut = l.try_acquire(&name, &o);
+        tokio::select! {
+            biased;
+            () = yield_times(polls) => {}
+            r = fut => {
+                if let Some(h) = r.unwrap() {
+                    acquired += 1;
+                    if i % 2 == 0 { h.release().await.unwrap() } // else dropped: background release
+                }
+            }
+        }
+    }
+    let key = l.key_for(&name).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = l.storage().now().await.unwrap();
+        let held = l.storage().get(&key).await.unwrap().is_some_and(|s| s.record.is_held_at(now));
+        if !held {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a dropped acquisition left the lock held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(acquired > 0, "no acquisition ever completed; the test exercised nothing");
+    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_some());
+}
+
+async fn yield_times(n: u32) {
+    for _ in 0..n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A waiter gets the lock soon after the holder releases it (not at the holder's expiry), with
+/// the next fencing token.
+pub async fn handoff_on_release<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("handoff");
+    let h = hold(&l, &name, Duration::from_secs(60)).await;
+    let waiter = {
+        let (l, name) = (l.clone(), name.clone());
+        tokio::spawn(async move {
+            l.try_acquire(&name, &opts(Wait::For(Duration::from_secs(30)), Duration::from_secs(30)))
+                .await
+                .unwrap()
+                .map(|h| (h.fencing_token(), Instant::now()))
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    h.release().await.unwrap();
+    let (token, got) = timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("hand-off took longer than 5 s")
+        .unwrap()
+        .expect("waiter acquired");
+    assert_eq!(token, h.fencing_token() + 1);
+    assert!(got.duration_since(released) < Duration::from_secs(2));
+}
+
+/// A waiter whose holder never releases gets the lock when the holder's lease runs out, well
+/// before its own wait budget.
+pub async fn waiter_acquires_when_holder_expires<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("expirywait");
+    let h = hold(&l, &name, Duration::from_millis(300)).await;
+    std::mem::forget(h);
+    let start = Instant::now();
+    let got = l
+        .try_acquire(&name, &opts(Wait::For(Duration::from_secs(10)), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(got.is_some());
+    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+}
+
+/// Dropping an unreleased handle releases it in the background.
+pub async fn dropped_handle_releases_in_background<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("drop");
+    drop(hold(&l, &name, Duration::from_secs(60)).await);
+    let start = Instant::now();
+    let got = l.try_acquire_for(&name, Duration::from_secs(10)).await.unwrap();
+    assert!(got.is_some());
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+/// Listeners see acquired, contended, timed out, renewed, released and lost events.
+pub async fn events_are_emitted<S: Storage>(s: S) {
+    let l = locks(s);
+    let mut rx = l.subscribe();
+    let name = unique_prefix("events");
+    let h = hold(&l, &name, Duration::from_secs(30)).await;
+    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_none());
+    h.try_renew(None).await.unwrap();
+    h.release().await.unwrap();
+    let short = hold(&l, &name, Duration::from_millis(100)).await;
+    short.lost().await;
+    let mut kinds = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        kinds.push(e.kind);
+    }
+    use LockEventKind::*;
+    for k in [Acquired, Contended, TimedOut, Renewed, Released, Lost] {
+        assert!(kinds.contains(&k), "missing {k:?} in {kinds:?}");
+    }
+}
