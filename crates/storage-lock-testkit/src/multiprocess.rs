@@ -74,3 +74,46 @@ pub fn verify(dir: &Path, total: u64) {
     );
     assert_eq!(read_u64(&dir.join(COUNTER)), total, "lost increments: processes overlapped");
 }
+
+/// The environment variable that tells a test binary it runs as a worker, and where to record.
+pub const WORKER_DIR_ENV: &str = "STORAGE_LOCK_MP_DIR";
+
+/// In a worker test: the directory to record into, or `None` when the test runs normally (then
+/// the worker test returns at once).
+pub fn worker_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os(WORKER_DIR_ENV).map(Into::into)
+}
+
+/// Runs `processes` copies of this test binary, each executing only the test `worker_test`
+/// (which calls [`worker_dir`] and [`run_worker`] with `rounds`), all recording into a fresh
+/// directory; then [`verify`]s `processes × rounds` exclusive sections. Returns the directory.
+pub fn run_processes(worker_test: &str, processes: usize, rounds: u32) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("storage-lock-mp-{:016x}", rand::random::<u64>()));
+    fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().expect("test binary path");
+    let children: Vec<_> = (0..processes)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([worker_test, "--exact", "--nocapture", "--test-threads=1"])
+                .env(WORKER_DIR_ENV, &dir)
+                .env("STORAGE_LOCK_MP_ROUNDS", rounds.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn worker process")
+        })
+        .collect();
+    for mut child in children {
+        let status = child.wait().unwrap();
+        assert!(status.success(), "a worker process failed: {status}");
+    }
+    verify(&dir, processes as u64 * u64::from(rounds));
+    dir
+}
+
+/// The rounds a worker should run (set by [`run_processes`]).
+pub fn worker_rounds() -> u32 {
+    std::env::var("STORAGE_LOCK_MP_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1)
+}

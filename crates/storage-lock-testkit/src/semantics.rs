@@ -389,7 +389,8 @@ pub async fn mutual_exclusion_under_contention<S: Storage>(s: S) {
 }
 
 /// Thousands of acquire futures dropped at random points (before, during and after the storage
-/// call) leave no holder behind once the background releases have run.
+/// call) leave no holder behind once the background releases have run: the lock is free again
+/// long before any of their 30 s leases could lapse.
 pub async fn cancel_safety_dropped_acquires_leave_no_holder<S: Storage>(s: S) {
     let faulty = Arc::new(FaultyStorage::new(s));
     let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
@@ -397,11 +398,10 @@ pub async fn cancel_safety_dropped_acquires_leave_no_holder<S: Storage>(s: S) {
     let o = opts(Wait::For(Duration::from_millis(20)), Duration::from_secs(30));
     let mut acquired = 0;
     for i in 0..2_000u32 {
-        let polls = rand::random::<u32>() % 12;
         let fut = l.try_acquire(&name, &o);
         tokio::select! {
             biased;
-            () = yield_times(polls) => {}
+            () = drop_point(i) => {}
             r = fut => {
                 if let Some(h) = r.unwrap() {
                     acquired += 1;
@@ -410,24 +410,27 @@ pub async fn cancel_safety_dropped_acquires_leave_no_holder<S: Storage>(s: S) {
             }
         }
     }
-    let key = l.key_for(&name).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = l.storage().now().await.unwrap();
-        let held = l.storage().get(&key).await.unwrap().is_some_and(|s| s.record.is_held_at(now));
-        if !held {
-            break;
-        }
-        assert!(Instant::now() < deadline, "a dropped acquisition left the lock held");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     assert!(acquired > 0, "no acquisition ever completed; the test exercised nothing");
-    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_some());
+    // Every grant was made with a 30 s lease. A leaked one would keep the lock busy far longer
+    // than the 5 s we wait here; abandoned grants are released as soon as they land.
+    let start = Instant::now();
+    let h = l
+        .try_acquire(&name, &opts(Wait::For(Duration::from_secs(5)), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(h.is_some(), "a dropped acquisition left the lock held");
+    assert!(start.elapsed() < Duration::from_secs(5));
 }
 
-async fn yield_times(n: u32) {
-    for _ in 0..n {
-        tokio::task::yield_now().await;
+async fn drop_point(i: u32) {
+    match i % 10 {
+        0 => std::future::pending().await,
+        1..=5 => {
+            for _ in 0..rand::random::<u32>() % 12 {
+                tokio::task::yield_now().await;
+            }
+        }
+        _ => tokio::time::sleep(Duration::from_micros(rand::random::<u64>() % 4_000)).await,
     }
 }
 

@@ -5,21 +5,27 @@
 //!   ├─ validate name + options, normalize → key           (no storage I/O before this point)
 //!   └─ loop
 //!        ├─ arm Storage::wait_for_change(key)             (only when a wait budget remains)
-//!        ├─ sent_at = Instant::now(); arm release-on-drop guard
-//!        ├─ Storage::try_acquire(key, req)                (one round trip on overriding backends)
-//!        ├─ Acquired → build LockHandle (local deadline from sent_at) → disarm guard → Some(handle)
+//!        ├─ sent_at = Instant::now()
+//!        ├─ Storage::try_acquire(key, req), detached      (one round trip on overriding backends)
+//!        ├─ Acquired → build LockHandle (local deadline from sent_at) → Some(handle)
 //!        └─ Busy → out of budget? None : sleep until the earliest of
 //!                  wait deadline · holder's expiry · change notification · jittered backoff
 //! ```
 //!
-//! **Cancel safety.** From just before the storage call until the handle exists, a guard owns
-//! the possible grant: if the future is dropped (or the call fails, so its outcome is unknown),
-//! the guard spawns a release for the fresh owner id. Releasing a grant that never happened is a
-//! no-op, because that owner id was never stored.
+//! **Cancel safety.** Dropping a future does not stop a request that already left: a database
+//! may apply an `INSERT` after the client gave up on it. So the storage call runs *detached*
+//! ([`detached`]): it is polled once inline (an in-memory storage answers right there, at no
+//! cost), and if it is still pending it moves to its own task. If the acquirer is gone when the
+//! answer arrives, that task releases the grant itself — strictly *after* the grant, never racing
+//! it. Failures after a grant (see [`StorageLock::acquire_handle`]) release the same way.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -27,7 +33,9 @@ use super::events::LockEventKind;
 use super::hold::EngineHold;
 use super::{StorageLock, telemetry};
 use crate::contract::{AcquireOptions, Grant, LockError, LockHandle, Wait};
-use crate::storage::{AcquireOutcome, AcquireRequest, ChangeWait, OwnerId, Storage, Timestamp};
+use crate::storage::{
+    AcquireOutcome, AcquireRequest, ChangeWait, OwnerId, Storage, StorageError, Timestamp,
+};
 
 /// Longest sleep between attempts when the storage delivers notifications (a safety net in case
 /// one is lost, e.g. while a notification connection reconnects).
@@ -38,12 +46,11 @@ const BACKOFF_START: Duration = Duration::from_millis(1);
 const BACKOFF_CAP: Duration = Duration::from_millis(250);
 
 /// What the loop returns on success.
-pub(crate) struct Granted<S: Storage + ?Sized> {
+pub(crate) struct Granted {
     pub fencing: u64,
     pub count: u32,
     pub expires_at: Timestamp,
     pub sent_at: Instant,
-    pub guard: ReleaseGuard<S>,
 }
 
 impl<S: Storage + ?Sized> StorageLock<S> {
@@ -57,7 +64,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let span = tracing::debug_span!("storage_lock.acquire", key = %key);
         async {
             let req = self.request(OwnerId::random(), options, false);
-            let Some(granted) = self.acquire_loop(&key, &req, options, true).await? else {
+            let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
                 return Ok(None);
             };
             let backend = Arc::new(EngineHold::new(
@@ -87,19 +94,22 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 });
             match built {
                 Ok(handle) => {
-                    granted.guard.disarm();
                     self.shared
                         .events
                         .emit(LockEventKind::Acquired, &key, Some(granted.fencing));
                     Ok(Some(handle))
                 }
                 Err(e) => {
-                    // Release first, then report the original error. If this await is cancelled,
-                    // the still-armed guard releases in the background.
-                    if let Err(release_err) = self.storage.release(&key, req.owner).await {
+                    // Release first, then report the original error.
+                    let storage = self.storage.clone();
+                    let owner = req.owner;
+                    let released = detached(
+                        async move { storage.release(&key, owner).await },
+                        |_| async {},
+                    )
+                    .await;
+                    if let Err(release_err) = released {
                         tracing::warn!(error = %release_err, "release after a failed grant failed");
-                    } else {
-                        granted.guard.disarm();
                     }
                     telemetry::hold_ended(Duration::ZERO);
                     Err(e)
@@ -128,15 +138,14 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         }
     }
 
-    /// Tries until acquired, out of budget, or cancelled. With `guard_grant`, a dropped call
-    /// releases whatever it may have been granted (see the module docs).
+    /// Tries until acquired, out of budget, or cancelled. A grant that arrives after the caller
+    /// dropped this future is released (one level, for reentrant requests; see the module docs).
     pub(crate) async fn acquire_loop(
         &self,
         key: &str,
         req: &AcquireRequest,
         options: &AcquireOptions,
-        guard_grant: bool,
-    ) -> Result<Option<Granted<S>>, LockError> {
+    ) -> Result<Option<Granted>, LockError> {
         let started = Instant::now();
         let deadline = match options.wait {
             Wait::None => Some(started),
@@ -158,9 +167,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             } else {
                 ChangeWait::unsupported()
             };
-            let guard = ReleaseGuard::arm(&self.storage, key, req.owner, guard_grant);
             let sent_at = Instant::now();
-            let outcome = match self.storage.try_acquire(key, req).await {
+            let outcome = match self.try_acquire_detached(key, req).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     finish("error");
@@ -179,12 +187,10 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         count,
                         expires_at,
                         sent_at,
-                        guard,
                     }));
                 }
                 busy @ AcquireOutcome::Busy { .. } => busy.busy_for().unwrap_or_default(),
             };
-            guard.disarm();
             if attempt == 0 {
                 self.shared.events.emit(LockEventKind::Contended, key, None);
                 telemetry::contended();
@@ -227,35 +233,97 @@ fn backoff(attempt: u32) -> Duration {
     half + half.mul_f64(rand::random::<f64>())
 }
 
-/// Releases a possible grant in the background unless disarmed (see the module docs).
-pub(crate) struct ReleaseGuard<S: Storage + ?Sized> {
-    armed: Option<(Arc<S>, String, OwnerId)>,
+impl<S: Storage + ?Sized> StorageLock<S> {
+    /// [`Storage::try_acquire`], run by [`detached`]: if this future is dropped and the storage
+    /// grants anyway, the grant is released right after it.
+    async fn try_acquire_detached(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, StorageError> {
+        let (storage, key, req) = (self.storage.clone(), key.to_owned(), req.clone());
+        let release = (storage.clone(), key.clone(), req.owner);
+        detached(
+            async move { storage.try_acquire(&key, &req).await },
+            move |outcome| async move {
+                if let Ok(AcquireOutcome::Acquired { .. }) = outcome {
+                    let (storage, key, owner) = release;
+                    if let Err(e) = storage.release(&key, owner).await {
+                        tracing::warn!(key = %key, error = %e, "release of an abandoned grant failed");
+                    }
+                }
+            },
+        )
+        .await
+    }
 }
 
-impl<S: Storage + ?Sized> ReleaseGuard<S> {
-    fn arm(storage: &Arc<S>, key: &str, owner: OwnerId, enabled: bool) -> Self {
-        Self {
-            armed: enabled.then(|| (storage.clone(), key.to_owned(), owner)),
+/// Runs `fut` to completion even if the caller stops waiting.
+///
+/// `fut` is polled once inline; if it is not ready it moves to a spawned task. If the caller
+/// drops its future before taking the result — whether the result has not arrived yet or is
+/// already waiting in the channel — the result goes to `abandoned` instead, exactly once.
+pub(crate) async fn detached<T, F, A, AF>(fut: F, abandoned: A) -> T
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+    A: FnOnce(T) -> AF + Send + 'static,
+    AF: Future<Output = ()> + Send + 'static,
+{
+    let mut fut = Box::pin(fut);
+    if let Poll::Ready(v) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+        return v;
+    }
+    let abandoned: Abandon<T> = Arc::new(Mutex::new(Some(Box::new(move |v| Box::pin(abandoned(v))))));
+    let (tx, rx) = oneshot::channel();
+    let on_abandon = abandoned.clone();
+    tokio::spawn(async move {
+        if let Err(unclaimed) = tx.send(fut.await) {
+            if let Some(action) = take(&on_abandon) {
+                action(unclaimed).await;
+            }
         }
-    }
-
-    /// The grant is owned by someone else now (a handle) or there was none.
-    pub(crate) fn disarm(mut self) {
-        self.armed = None;
+    });
+    let mut claim = Claim {
+        rx: Some(rx),
+        abandoned,
+    };
+    let received = match claim.rx.as_mut() {
+        Some(rx) => rx.await,
+        None => unreachable!("set just above"),
+    };
+    claim.rx = None;
+    match received {
+        Ok(v) => v,
+        // The task panicked: surface the panic here, where the caller can see it.
+        Err(_) => panic!("a detached storage call panicked"),
     }
 }
 
-impl<S: Storage + ?Sized> Drop for ReleaseGuard<S> {
+type AbandonFn<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+type Abandon<T> = Arc<Mutex<Option<AbandonFn<T>>>>;
+
+fn take<T>(slot: &Abandon<T>) -> Option<AbandonFn<T>> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// The caller's end of [`detached`]: dropped while still waiting, it closes the channel and
+/// abandons a result that was already sent but not yet taken.
+struct Claim<T> {
+    rx: Option<oneshot::Receiver<T>>,
+    abandoned: Abandon<T>,
+}
+
+impl<T> Drop for Claim<T> {
     fn drop(&mut self) {
-        let Some((storage, key, owner)) = self.armed.take() else {
+        let Some(mut rx) = self.rx.take() else {
             return;
         };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = storage.release(&key, owner).await {
-                    tracing::warn!(key = %key, error = %e, "background release of an abandoned acquisition failed");
-                }
-            });
+        rx.close();
+        if let Ok(unclaimed) = rx.try_recv()
+            && let (Some(action), Ok(rt)) = (take(&self.abandoned), tokio::runtime::Handle::try_current())
+        {
+            rt.spawn(action(unclaimed));
         }
     }
 }

@@ -6,9 +6,8 @@
 //! fencing token is assigned when the first level is taken and kept by reentry. There is no
 //! handle and no watchdog: the owner renews with [`StorageLock::renew_reentrant`].
 //!
-//! Cancel safety differs from handles: dropping a `lock_reentrant` future mid-call may leave one
-//! extra level held until the lease lapses (undoing it blindly could remove a level the owner
-//! held before). The owner knows its id and can unlock.
+//! Cancel safety: if a `lock_reentrant` future is dropped and the storage grants the level
+//! anyway, exactly that level is released right after the grant.
 
 use std::time::{Duration, SystemTime};
 
@@ -45,7 +44,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         }
         let key = self.key_for(name)?;
         let req = self.request(owner, options, true);
-        let Some(granted) = self.acquire_loop(&key, &req, options, false).await? else {
+        let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
             return Ok(None);
         };
         let expires_at = granted

@@ -1,0 +1,21 @@
+//! SQL backends for storage-lock.
+//!
+//! | feature | backend | exclusion across | one round trip per lock op | notifications |
+//! |---|---|---|---|---|
+//! | `sqlite` (default) | [`SqliteStorage`] | processes on one host | yes (one statement) | no: jittered backoff |
+//!
+//! Every backend keeps one row per lock key in a table it creates idempotently
+//! (default name `storage_lock`), with structured columns: owner (16 bytes), reentrancy count,
+//! fencing token, acquired/expiry times (milliseconds since the Unix epoch), and the holder's host,
+//! pid and note. Release writes a tombstone (`count = 0`); the per-storage fencing floor lives
+//! in a reserved row. Each lock operation is one statement that applies the rules of
+//! [`storage_lock_core::storage::ops`]; the primitives implement [`storage_lock_core::Storage`]'s
+//! compare-and-set contract on a random 64-bit row version.
+
+mod naming;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+pub use naming::{DEFAULT_TABLE, InvalidTableName, validate_table_name};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteStorage, SqliteStorageBuilder};
