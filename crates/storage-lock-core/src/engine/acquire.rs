@@ -43,7 +43,7 @@ const NOTIFIED_RECHECK: Duration = Duration::from_secs(2);
 /// First backoff step for storages without notifications; doubles up to [`BACKOFF_CAP`].
 const BACKOFF_START: Duration = Duration::from_millis(1);
 /// Largest backoff step.
-const BACKOFF_CAP: Duration = Duration::from_millis(250);
+const BACKOFF_CAP: Duration = Duration::from_millis(100);
 
 /// What the loop returns on success.
 pub(crate) struct Granted {
@@ -224,7 +224,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     }
 }
 
-/// Full-jitter exponential backoff: uniform in [step/2, step], step = 1 ms · 2^attempt ≤ 250 ms.
+/// Full-jitter exponential backoff: uniform in [step/2, step], step = 1 ms · 2^attempt ≤ 100 ms.
 fn backoff(attempt: u32) -> Duration {
     let step = BACKOFF_START
         .saturating_mul(1u32 << attempt.min(16))

@@ -1,0 +1,127 @@
+//! Opening a storage from a URL.
+//!
+//! The registry is one table, [`SCHEMES`]: a scheme and the function that opens it. A backend
+//! behind a feature adds one `#[cfg(feature = "…")]` line there.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use storage_lock_core::{LockError, MemoryStorage, Storage, StorageError, StorageLock};
+
+/// Why [`connect`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL's scheme names no compiled-in backend.
+    #[error("unknown storage scheme {scheme:?} (known: {known})")]
+    UnknownScheme {
+        /// The scheme found.
+        scheme: String,
+        /// The schemes this build knows, comma-separated.
+        known: String,
+    },
+    /// The URL is malformed for its scheme.
+    #[error("invalid storage URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL (without credentials).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The backend could not be opened.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The storage is not fit to back a lock.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+type Opened = Pin<Box<dyn Future<Output = Result<Arc<dyn Storage>, ConnectError>> + Send>>;
+
+/// One registered scheme.
+struct Scheme {
+    name: &'static str,
+    open: fn(String) -> Opened,
+}
+
+/// The registry: add a backend with one line.
+const SCHEMES: &[Scheme] = &[
+    Scheme { name: "memory", open: open_memory },
+    #[cfg(feature = "sqlite")]
+    Scheme { name: "sqlite", open: open_sqlite },
+];
+
+/// The URL schemes this build can open.
+pub fn schemes() -> impl Iterator<Item = &'static str> {
+    SCHEMES.iter().map(|s| s.name)
+}
+
+/// Opens the storage a URL names (see the crate docs for the URL forms).
+pub async fn connect_storage(url: &str) -> Result<Arc<dyn Storage>, ConnectError> {
+    let Some((scheme, _)) = url.split_once(':') else {
+        return Err(ConnectError::InvalidUrl {
+            url: url.to_owned(),
+            reason: "expected SCHEME:… (e.g. sqlite:///var/lib/locks.db or memory:)".into(),
+        });
+    };
+    let entry = SCHEMES
+        .iter()
+        .find(|s| s.name.eq_ignore_ascii_case(scheme))
+        .ok_or_else(|| ConnectError::UnknownScheme {
+            scheme: scheme.to_owned(),
+            known: schemes().collect::<Vec<_>>().join(", "),
+        })?;
+    (entry.open)(url.to_owned()).await
+}
+
+/// Opens the storage a URL names and builds a [`StorageLock`] over it (capability check
+/// included).
+pub async fn connect(url: &str) -> Result<StorageLock, ConnectError> {
+    let storage = connect_storage(url).await?;
+    Ok(StorageLock::builder_arc(storage).build()?)
+}
+
+fn open_memory(url: String) -> Opened {
+    Box::pin(async move {
+        let rest = &url["memory:".len()..];
+        if !rest.is_empty() && rest != "//" {
+            return Err(ConnectError::InvalidUrl {
+                url,
+                reason: "memory: takes no path or options".into(),
+            });
+        }
+        Ok(Arc::new(MemoryStorage::new()) as Arc<dyn Storage>)
+    })
+}
+
+/// `sqlite://PATH[?table=NAME]`: `sqlite:///abs/file.db` or `sqlite://relative/file.db`.
+#[cfg(feature = "sqlite")]
+fn open_sqlite(url: String) -> Opened {
+    Box::pin(async move {
+        let invalid = |reason: &str| ConnectError::InvalidUrl {
+            url: url.clone(),
+            reason: reason.to_owned(),
+        };
+        let rest = url
+            .get("sqlite:".len()..)
+            .and_then(|r| r.strip_prefix("//"))
+            .ok_or_else(|| invalid("expected sqlite://PATH"))?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() {
+            return Err(invalid("the database path is empty"));
+        }
+        let mut builder = storage_lock_sql::SqliteStorage::builder().path(path);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("table", table)) => {
+                    storage_lock_sql::validate_table_name(table)
+                        .map_err(|e| invalid(&e.to_string()))?;
+                    builder = builder.table(table);
+                }
+                _ => return Err(invalid(&format!("unknown option {pair:?} (known: table)"))),
+            }
+        }
+        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
+    })
+}
