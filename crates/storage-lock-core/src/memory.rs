@@ -87,6 +87,20 @@ impl Table {
         version
     }
 
+    /// Changes the record under `key` in place (if there is one), with a fresh version, and
+    /// wakes the key's waiters.
+    fn modify(&mut self, key: &str, change: impl FnOnce(&mut LockRecord)) {
+        self.last_version += 1;
+        let version = self.last_version;
+        if let Some(slot) = self.slots.get_mut(key)
+            && let Some((record, v)) = &mut slot.stored
+        {
+            change(record);
+            *v = version;
+            slot.notify();
+        }
+    }
+
     fn floor(&self) -> u64 {
         self.current(FENCING_FLOOR_KEY).map_or(0, |r| r.fencing)
     }
@@ -206,12 +220,24 @@ impl Storage for MemoryStorage {
         let mut table = self.table();
         let current = table.current(key);
         let floor = if current.is_none() { table.floor() } else { 0 };
+        let fencing = current.map_or(0, |r| r.fencing);
         match ops::decide_acquire(current, floor, now, req) {
             AcquireDecision::Busy(outcome) => Ok(outcome),
-            AcquireDecision::Write(record) => {
+            AcquireDecision::Take(record) => {
                 let outcome = ops::acquired(&record);
                 table.put(key, record);
                 Ok(outcome)
+            }
+            AcquireDecision::Reenter { count, expires_at } => {
+                table.modify(key, |r| {
+                    r.count = count;
+                    r.expires_at = expires_at;
+                });
+                Ok(AcquireOutcome::Acquired {
+                    fencing,
+                    count,
+                    expires_at,
+                })
             }
         }
     }
@@ -225,9 +251,8 @@ impl Storage for MemoryStorage {
         let now = self.clock.now();
         let mut table = self.table();
         Ok(match ops::decide_renew(table.current(key), owner, now, lease) {
-            Some(record) => {
-                let expires_at = record.expires_at;
-                table.put(key, record);
+            Some(expires_at) => {
+                table.modify(key, |r| r.expires_at = expires_at);
                 RenewOutcome::Renewed { expires_at }
             }
             None => RenewOutcome::NotHeld,
@@ -238,10 +263,14 @@ impl Storage for MemoryStorage {
         let now = self.clock.now();
         let mut table = self.table();
         Ok(match ops::decide_release(table.current(key), owner, now) {
-            Some(record) => {
-                let remaining = record.count;
-                table.put(key, record);
-                ReleaseOutcome::Released { remaining }
+            Some(release) => {
+                table.modify(key, |r| {
+                    r.count = release.count;
+                    r.expires_at = release.expires_at;
+                });
+                ReleaseOutcome::Released {
+                    remaining: release.count,
+                }
             }
             None => ReleaseOutcome::NotHeld,
         })

@@ -415,7 +415,7 @@ impl Storage for SqliteStorage {
     ) -> Result<AcquireOutcome, StorageError> {
         loop {
             let now = self.clock.now();
-            let (host, pid, note) = holder_params(req.holder.as_ref());
+            let (host, pid, note) = holder_params(req.holder.as_deref());
             let row = query(&self.sql.acquire)
                 .bind(key)
                 .bind(&req.owner.to_bytes()[..])

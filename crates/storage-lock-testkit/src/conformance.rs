@@ -31,11 +31,11 @@ fn request(owner: OwnerId, lease: Duration, reentrant: bool) -> AcquireRequest {
     AcquireRequest {
         owner,
         lease,
-        holder: Some(HolderInfo {
+        holder: Some(Arc::new(HolderInfo {
             host: "conformance".into(),
             pid: 42,
             note: Some("suite".into()),
-        }),
+        })),
         reentrant,
     }
 }

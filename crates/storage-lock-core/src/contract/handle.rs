@@ -1,10 +1,11 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -63,14 +64,17 @@ pub struct LockHandle {
 
 struct Shared {
     name: String,
-    key: String,
+    key: Arc<str>,
     fencing: u64,
     lease: Duration,
     backend: Arc<dyn HoldBackend>,
     state: Mutex<State>,
-    lost: CancellationToken,
-    /// Ends the watchdog and the deadline timer.
-    stop: CancellationToken,
+    /// Wakes `lost()` futures when the handle turns lost.
+    lost: Notify,
+    /// Created by the first `lost_token()` call only (most handles never need one).
+    lost_token: OnceLock<CancellationToken>,
+    /// Wakes the watchdog and the deadline timer when the handle ends (released or lost).
+    ended: Notify,
     release_started: AtomicBool,
     timer_started: AtomicBool,
 }
@@ -93,7 +97,7 @@ enum State {
 #[derive(Debug, Clone)]
 pub(crate) struct Grant {
     pub name: String,
-    pub key: String,
+    pub key: Arc<str>,
     pub fencing: u64,
     pub lease: Duration,
     pub expires_at: SystemTime,
@@ -117,8 +121,9 @@ impl LockHandle {
                 expires_at: grant.expires_at,
                 deadline,
             }),
-            lost: CancellationToken::new(),
-            stop: CancellationToken::new(),
+            lost: Notify::new(),
+            lost_token: OnceLock::new(),
+            ended: Notify::new(),
             release_started: AtomicBool::new(false),
             timer_started: AtomicBool::new(false),
         });
@@ -174,6 +179,9 @@ impl LockHandle {
         let shared = self.shared.clone();
         async move {
             loop {
+                let notified = shared.lost.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
                 let state = *shared.state();
                 let deadline = match state {
                     State::Held { deadline, .. } => deadline,
@@ -181,7 +189,7 @@ impl LockHandle {
                     State::Released { .. } => std::future::pending().await,
                 };
                 tokio::select! {
-                    () = shared.lost.cancelled() => return,
+                    () = notified => {}
                     () = tokio::time::sleep_until(deadline) => { shared.check_deadline(); }
                 }
             }
@@ -192,10 +200,19 @@ impl LockHandle {
     /// The first call starts a deadline timer on the current tokio runtime (the auto-renew
     /// watchdog, if enabled, already is one).
     pub fn lost_token(&self) -> CancellationToken {
+        let token = self
+            .shared
+            .lost_token
+            .get_or_init(CancellationToken::new)
+            .clone();
+        // `mark_lost` may have run before the token existed.
+        if matches!(*self.shared.state(), State::Lost { .. }) {
+            token.cancel();
+        }
         if !self.shared.timer_started.swap(true, Ordering::AcqRel) {
             tokio::spawn(deadline_timer(self.shared.clone()));
         }
-        self.shared.lost.clone()
+        token
     }
 
     /// Extends the hold by `lease` (default: the acquisition's lease).
@@ -282,8 +299,11 @@ impl Shared {
         if let State::Held { expires_at, .. } = *state {
             *state = State::Lost { expires_at };
             drop(state);
-            self.lost.cancel();
-            self.stop.cancel();
+            if let Some(token) = self.lost_token.get() {
+                token.cancel();
+            }
+            self.lost.notify_waiters();
+            self.ended.notify_waiters();
             self.backend.on_lost();
         }
     }
@@ -294,7 +314,7 @@ impl Shared {
             *state = State::Released { expires_at };
         }
         drop(state);
-        self.stop.cancel();
+        self.ended.notify_waiters();
     }
 
     /// One renewal. With `fail_on_error`, a storage error turns the handle lost; without it
@@ -349,9 +369,15 @@ impl Shared {
 
 /// Turns the handle lost at its local deadline (moved by renewals) unless released first.
 async fn deadline_timer(shared: Arc<Shared>) {
-    while let Some(deadline) = shared.deadline() {
+    loop {
+        let ended = shared.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        let Some(deadline) = shared.deadline() else {
+            return;
+        };
         tokio::select! {
-            () = shared.stop.cancelled() => return,
+            () = ended => return,
             () = tokio::time::sleep_until(deadline) => { shared.check_deadline(); }
         }
     }
@@ -362,9 +388,15 @@ async fn deadline_timer(shared: Arc<Shared>) {
 async fn watchdog(shared: Arc<Shared>, every: Duration) {
     let retry = (every / 4).max(Duration::from_millis(5));
     let mut next = Instant::now() + every;
-    while let Some(deadline) = shared.deadline() {
+    loop {
+        let ended = shared.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        let Some(deadline) = shared.deadline() else {
+            return;
+        };
         tokio::select! {
-            () = shared.stop.cancelled() => return,
+            () = ended => return,
             () = tokio::time::sleep_until(next.min(deadline)) => {}
         }
         if shared.check_deadline() {

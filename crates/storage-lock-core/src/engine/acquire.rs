@@ -31,10 +31,12 @@ use tracing::Instrument;
 
 use super::events::LockEventKind;
 use super::hold::EngineHold;
-use super::{StorageLock, telemetry};
+use super::telemetry::{self, Finish};
+use super::StorageLock;
 use crate::contract::{AcquireOptions, Grant, LockError, LockHandle, Wait};
 use crate::storage::{
-    AcquireOutcome, AcquireRequest, ChangeWait, OwnerId, Storage, StorageError, Timestamp,
+    AcquireOutcome, AcquireRequest, ChangeWait, HolderInfo, OwnerId, Storage, StorageError,
+    Timestamp,
 };
 
 /// Longest sleep between attempts when the storage delivers notifications (a safety net in case
@@ -60,10 +62,10 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError> {
         options.validate()?;
-        let key = self.key_for(name)?;
+        let key: Arc<str> = self.key_for(name)?.into();
         let span = tracing::debug_span!("storage_lock.acquire", key = %key);
         async {
-            let req = self.request(OwnerId::random(), options, false);
+            let req = Arc::new(self.request(OwnerId::random(), options, false));
             let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
                 return Ok(None);
             };
@@ -73,6 +75,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 key.clone(),
                 req.owner,
                 granted.fencing,
+                granted.sent_at,
             ));
             let built = granted
                 .expires_at
@@ -126,10 +129,13 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
         reentrant: bool,
     ) -> AcquireRequest {
-        let mut holder = self.shared.holder.clone();
-        if options.note.is_some() {
-            holder.note.clone_from(&options.note);
-        }
+        let holder = match &options.note {
+            None => self.shared.holder.clone(),
+            Some(note) => Arc::new(HolderInfo {
+                note: Some(note.clone()),
+                ..(*self.shared.holder).clone()
+            }),
+        };
         AcquireRequest {
             owner,
             lease: options.lease,
@@ -142,8 +148,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// dropped this future is released (one level, for reentrant requests; see the module docs).
     pub(crate) async fn acquire_loop(
         &self,
-        key: &str,
-        req: &AcquireRequest,
+        key: &Arc<str>,
+        req: &Arc<AcquireRequest>,
         options: &AcquireOptions,
     ) -> Result<Option<Granted>, LockError> {
         let started = Instant::now();
@@ -153,25 +159,28 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             Wait::Forever => None,
         };
         let cancelled = || options.cancel.as_ref().is_some_and(|c| c.is_cancelled());
-        let finish = |result: &'static str| telemetry::acquire_finished(result, started.elapsed());
+        let finish = |result: Finish| telemetry::acquire_finished(result, started.elapsed());
         let mut attempt: u32 = 0;
         loop {
             if cancelled() {
                 self.shared.events.emit(LockEventKind::Cancelled, key, None);
-                finish("cancelled");
+                finish(Finish::Cancelled);
                 return Err(LockError::Cancelled);
             }
-            let may_wait = deadline.is_none_or(|d| Instant::now() < d);
+            let may_wait = match deadline {
+                None => true,
+                Some(d) => d > started && Instant::now() < d,
+            };
             let change = if may_wait {
                 self.storage.wait_for_change(key).await?
             } else {
                 ChangeWait::unsupported()
             };
-            let sent_at = Instant::now();
+            let sent_at = if attempt == 0 { started } else { Instant::now() };
             let outcome = match self.try_acquire_detached(key, req).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
-                    finish("error");
+                    finish(Finish::Error);
                     return Err(e.into());
                 }
             };
@@ -181,7 +190,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     count,
                     expires_at,
                 } => {
-                    finish("acquired");
+                    finish(Finish::Acquired);
                     return Ok(Some(Granted {
                         fencing,
                         count,
@@ -198,7 +207,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 self.shared.events.emit(LockEventKind::TimedOut, key, None);
-                finish("timed_out");
+                finish(Finish::TimedOut);
                 return Ok(None);
             }
             // The holder's expiry on our clock; +1 ms for the storage's millisecond rounding.
@@ -238,10 +247,10 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// grants anyway, the grant is released right after it.
     async fn try_acquire_detached(
         &self,
-        key: &str,
-        req: &AcquireRequest,
+        key: &Arc<str>,
+        req: &Arc<AcquireRequest>,
     ) -> Result<AcquireOutcome, StorageError> {
-        let (storage, key, req) = (self.storage.clone(), key.to_owned(), req.clone());
+        let (storage, key, req) = (self.storage.clone(), key.clone(), req.clone());
         let release = (storage.clone(), key.clone(), req.owner);
         detached(
             async move { storage.try_acquire(&key, &req).await },

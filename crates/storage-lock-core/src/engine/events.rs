@@ -2,7 +2,10 @@
 //!
 //! Events go through a bounded [`tokio::sync::broadcast`] channel: emitting never waits, and a
 //! subscriber that falls behind by more than [`EVENT_BUFFER`] events skips the oldest ones
-//! (it sees `RecvError::Lagged`). With no subscriber, emitting costs one atomic load.
+//! (it sees `RecvError::Lagged`). Until someone subscribes, emitting costs one atomic load.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::broadcast;
 
@@ -37,7 +40,7 @@ pub struct LockEvent {
     /// What happened.
     pub kind: LockEventKind,
     /// The storage key it happened to.
-    pub key: String,
+    pub key: Arc<str>,
     /// The fencing token involved, if a hold was.
     pub fencing_token: Option<u64>,
 }
@@ -45,24 +48,27 @@ pub struct LockEvent {
 #[derive(Debug)]
 pub(crate) struct Events {
     tx: broadcast::Sender<LockEvent>,
+    subscribed: AtomicBool,
 }
 
 impl Events {
     pub(crate) fn new() -> Self {
         Self {
             tx: broadcast::channel(EVENT_BUFFER).0,
+            subscribed: AtomicBool::new(false),
         }
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
+        self.subscribed.store(true, Ordering::Release);
         self.tx.subscribe()
     }
 
-    pub(crate) fn emit(&self, kind: LockEventKind, key: &str, fencing_token: Option<u64>) {
-        if self.tx.receiver_count() > 0 {
+    pub(crate) fn emit(&self, kind: LockEventKind, key: &Arc<str>, fencing_token: Option<u64>) {
+        if self.subscribed.load(Ordering::Acquire) && self.tx.receiver_count() > 0 {
             let _ = self.tx.send(LockEvent {
                 kind,
-                key: key.to_owned(),
+                key: key.clone(),
                 fencing_token,
             });
         }

@@ -15,7 +15,7 @@ use crate::storage::{OwnerId, RenewOutcome, Storage};
 pub(crate) struct EngineHold<S: Storage + ?Sized> {
     storage: Arc<S>,
     engine: Arc<EngineShared>,
-    key: String,
+    key: Arc<str>,
     owner: OwnerId,
     fencing: u64,
     acquired: Instant,
@@ -26,9 +26,10 @@ impl<S: Storage + ?Sized> EngineHold<S> {
     pub(crate) fn new(
         storage: Arc<S>,
         engine: Arc<EngineShared>,
-        key: String,
+        key: Arc<str>,
         owner: OwnerId,
         fencing: u64,
+        acquired: Instant,
     ) -> Self {
         Self {
             storage,
@@ -36,7 +37,7 @@ impl<S: Storage + ?Sized> EngineHold<S> {
             key,
             owner,
             fencing,
-            acquired: Instant::now(),
+            acquired,
             ended: AtomicBool::new(false),
         }
     }

@@ -49,7 +49,7 @@ pub struct StorageLock<S: Storage + ?Sized = dyn Storage> {
 
 pub(crate) struct EngineShared {
     normalizer: Box<dyn KeyNormalizer>,
-    holder: HolderInfo,
+    holder: Arc<HolderInfo>,
     provider: ProviderInfo,
     pub(crate) events: events::Events,
 }
@@ -174,7 +174,7 @@ impl<S: Storage + ?Sized> StorageLockBuilder<S> {
             storage: self.storage,
             shared: Arc::new(EngineShared {
                 normalizer: self.normalizer,
-                holder: self.holder,
+                holder: Arc::new(self.holder),
                 provider,
                 events: events::Events::new(),
             }),

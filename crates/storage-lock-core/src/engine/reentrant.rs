@@ -42,8 +42,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 reason: "the reentrant API has no watchdog; call renew_reentrant".into(),
             });
         }
-        let key = self.key_for(name)?;
-        let req = self.request(owner, options, true);
+        let key = self.key_for(name)?.into();
+        let req = std::sync::Arc::new(self.request(owner, options, true));
         let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
             return Ok(None);
         };

@@ -26,7 +26,12 @@ pub(super) async fn try_acquire<S: Storage + ?Sized>(
         let record = match ops::decide_acquire(current.as_ref().map(|c| &c.record), floor, now, req)
         {
             AcquireDecision::Busy(outcome) => return Ok(outcome),
-            AcquireDecision::Write(record) => record,
+            AcquireDecision::Take(record) => record,
+            AcquireDecision::Reenter { count, expires_at } => LockRecord {
+                count,
+                expires_at,
+                ..current.as_ref().map(|c| c.record.clone()).expect("reentry needs a record")
+            },
         };
         match write(s, key, current.as_ref(), &record).await {
             Ok(()) => return Ok(ops::acquired(&record)),
@@ -45,9 +50,15 @@ pub(super) async fn renew<S: Storage + ?Sized>(
     loop {
         let now = s.now().await?;
         let current = s.get(key).await?;
-        let Some(record) = ops::decide_renew(current.as_ref().map(|c| &c.record), owner, now, lease)
-        else {
+        let (Some(c), Some(expires_at)) = (
+            current.as_ref(),
+            ops::decide_renew(current.as_ref().map(|c| &c.record), owner, now, lease),
+        ) else {
             return Ok(RenewOutcome::NotHeld);
+        };
+        let record = LockRecord {
+            expires_at,
+            ..c.record.clone()
         };
         match write(s, key, current.as_ref(), &record).await {
             Ok(()) => {
@@ -69,9 +80,16 @@ pub(super) async fn release<S: Storage + ?Sized>(
     loop {
         let now = s.now().await?;
         let current = s.get(key).await?;
-        let Some(record) = ops::decide_release(current.as_ref().map(|c| &c.record), owner, now)
-        else {
+        let (Some(c), Some(release)) = (
+            current.as_ref(),
+            ops::decide_release(current.as_ref().map(|c| &c.record), owner, now),
+        ) else {
             return Ok(ReleaseOutcome::NotHeld);
+        };
+        let record = LockRecord {
+            count: release.count,
+            expires_at: release.expires_at,
+            ..c.record.clone()
         };
         match write(s, key, current.as_ref(), &record).await {
             Ok(()) => {

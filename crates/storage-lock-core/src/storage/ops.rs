@@ -4,6 +4,7 @@
 //! the CAS primitives), the in-memory override and the tests all apply the *same* rules; SQL and
 //! script backends encode these rules in their statements and are held to them by the suites.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::record::{HolderInfo, LockRecord, OwnerId, Timestamp};
@@ -15,8 +16,8 @@ pub struct AcquireRequest {
     pub owner: OwnerId,
     /// How long the hold lasts unless renewed.
     pub lease: Duration,
-    /// Who holds it, for people and tools.
-    pub holder: Option<HolderInfo>,
+    /// Who holds it, for people and tools (shared: the engine sends the same one every time).
+    pub holder: Option<Arc<HolderInfo>>,
     /// If the same owner already holds the key: `true` adds one level (reentrant API),
     /// `false` reports the key busy (the [`crate::DistributedLock`] contract is not reentrant).
     pub reentrant: bool,
@@ -93,8 +94,15 @@ pub struct SweepReport {
 /// The decision of [`decide_acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireDecision {
-    /// Write this record (create if there was none, else compare-and-set).
-    Write(LockRecord),
+    /// A new hold: write this record (create if there was none, else compare-and-set).
+    Take(LockRecord),
+    /// The owner's live hold gains a level: set `count` and `expires_at`, keep everything else.
+    Reenter {
+        /// The new depth.
+        count: u32,
+        /// The new expiry.
+        expires_at: Timestamp,
+    },
     /// Leave the record alone and report this.
     Busy(AcquireOutcome),
 }
@@ -112,11 +120,10 @@ pub fn decide_acquire(
     match current {
         Some(rec) if rec.is_held_at(now) => {
             if req.reentrant && rec.owner == req.owner {
-                AcquireDecision::Write(LockRecord {
+                AcquireDecision::Reenter {
                     count: rec.count.saturating_add(1),
                     expires_at: expires_at.max(rec.expires_at),
-                    ..rec.clone()
-                })
+                }
             } else {
                 AcquireDecision::Busy(AcquireOutcome::Busy {
                     expires_at: rec.expires_at,
@@ -125,29 +132,36 @@ pub fn decide_acquire(
                 })
             }
         }
-        _ => AcquireDecision::Write(LockRecord {
+        _ => AcquireDecision::Take(LockRecord {
             owner: req.owner,
             count: 1,
             fencing: current.map_or(floor, |r| r.fencing).saturating_add(1),
             acquired_at: now,
             expires_at,
-            holder: req.holder.clone(),
+            holder: req.holder.as_deref().cloned(),
         }),
     }
 }
 
-/// The renew rule: only the owner's live hold is extended, to `now + lease`.
+/// The renew rule: only the owner's live hold is extended; returns the new expiry, `now + lease`.
 pub fn decide_renew(
     current: Option<&LockRecord>,
     owner: OwnerId,
     now: Timestamp,
     lease: Duration,
-) -> Option<LockRecord> {
-    let rec = current.filter(|r| r.owner == owner && r.is_held_at(now))?;
-    Some(LockRecord {
-        expires_at: now.saturating_add(lease),
-        ..rec.clone()
-    })
+) -> Option<Timestamp> {
+    current
+        .filter(|r| r.owner == owner && r.is_held_at(now))
+        .map(|_| now.saturating_add(lease))
+}
+
+/// What [`decide_release`] changes: the record keeps everything else (fencing token included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release {
+    /// The new depth; 0 makes the record a tombstone.
+    pub count: u32,
+    /// The new expiry: the release time for a tombstone, unchanged otherwise.
+    pub expires_at: Timestamp,
 }
 
 /// The release rule: the owner's hold loses one level; at zero it becomes a tombstone whose
@@ -156,21 +170,20 @@ pub fn decide_release(
     current: Option<&LockRecord>,
     owner: OwnerId,
     now: Timestamp,
-) -> Option<LockRecord> {
+) -> Option<Release> {
     let rec = current.filter(|r| r.owner == owner && r.count > 0)?;
     let count = rec.count - 1;
-    Some(LockRecord {
+    Some(Release {
         count,
         expires_at: if count == 0 {
             rec.expires_at.min(now)
         } else {
             rec.expires_at
         },
-        ..rec.clone()
     })
 }
 
-/// The outcome reported for a record written by [`decide_acquire`].
+/// The outcome reported for a hold with this record.
 pub fn acquired(rec: &LockRecord) -> AcquireOutcome {
     AcquireOutcome::Acquired {
         fencing: rec.fencing,
