@@ -87,16 +87,15 @@ impl Table {
         version
     }
 
-    /// Changes the record under `key` in place (if there is one), with a fresh version, and
-    /// wakes the key's waiters.
-    fn modify(&mut self, key: &str, change: impl FnOnce(&mut LockRecord)) {
-        self.last_version += 1;
-        let version = self.last_version;
+    /// Lets `change` edit the record under `key` in place (one lookup); if it reports a change,
+    /// the record gets a fresh version and the key's waiters wake.
+    fn modify(&mut self, key: &str, change: impl FnOnce(&mut LockRecord) -> bool) {
         if let Some(slot) = self.slots.get_mut(key)
-            && let Some((record, v)) = &mut slot.stored
+            && let Some((record, version)) = &mut slot.stored
+            && change(record)
         {
-            change(record);
-            *v = version;
+            self.last_version += 1;
+            *version = self.last_version;
             slot.notify();
         }
     }
@@ -218,27 +217,38 @@ impl Storage for MemoryStorage {
     ) -> Result<AcquireOutcome, StorageError> {
         let now = self.clock.now();
         let mut table = self.table();
-        let current = table.current(key);
-        let floor = if current.is_none() { table.floor() } else { 0 };
-        let fencing = current.map_or(0, |r| r.fencing);
-        match ops::decide_acquire(current, floor, now, req) {
-            AcquireDecision::Busy(outcome) => Ok(outcome),
+        let Table {
+            slots,
+            last_version,
+        } = &mut *table;
+        if let Some(slot) = slots.get_mut(key)
+            && let Some((record, version)) = &mut slot.stored
+        {
+            // One lookup for an existing key: decide and change the record in place.
+            let outcome = match ops::decide_acquire(Some(record), 0, now, req) {
+                AcquireDecision::Busy(outcome) => return Ok(outcome),
+                AcquireDecision::Take(taken) => {
+                    *record = taken;
+                    ops::acquired(record)
+                }
+                AcquireDecision::Reenter { count, expires_at } => {
+                    record.count = count;
+                    record.expires_at = expires_at;
+                    ops::acquired(record)
+                }
+            };
+            *last_version += 1;
+            *version = *last_version;
+            slot.notify();
+            return Ok(outcome);
+        }
+        match ops::decide_acquire(None, table.floor(), now, req) {
             AcquireDecision::Take(record) => {
                 let outcome = ops::acquired(&record);
                 table.put(key, record);
                 Ok(outcome)
             }
-            AcquireDecision::Reenter { count, expires_at } => {
-                table.modify(key, |r| {
-                    r.count = count;
-                    r.expires_at = expires_at;
-                });
-                Ok(AcquireOutcome::Acquired {
-                    fencing,
-                    count,
-                    expires_at,
-                })
-            }
+            other => unreachable!("a fresh key is always taken, not {other:?}"),
         }
     }
 
@@ -250,30 +260,36 @@ impl Storage for MemoryStorage {
     ) -> Result<RenewOutcome, StorageError> {
         let now = self.clock.now();
         let mut table = self.table();
-        Ok(match ops::decide_renew(table.current(key), owner, now, lease) {
-            Some(expires_at) => {
-                table.modify(key, |r| r.expires_at = expires_at);
-                RenewOutcome::Renewed { expires_at }
+        let mut outcome = RenewOutcome::NotHeld;
+        table.modify(key, |record| {
+            if let Some(expires_at) = ops::decide_renew(Some(record), owner, now, lease) {
+                record.expires_at = expires_at;
+                outcome = RenewOutcome::Renewed { expires_at };
+                true
+            } else {
+                false
             }
-            None => RenewOutcome::NotHeld,
-        })
+        });
+        Ok(outcome)
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
         let now = self.clock.now();
         let mut table = self.table();
-        Ok(match ops::decide_release(table.current(key), owner, now) {
-            Some(release) => {
-                table.modify(key, |r| {
-                    r.count = release.count;
-                    r.expires_at = release.expires_at;
-                });
-                ReleaseOutcome::Released {
+        let mut outcome = ReleaseOutcome::NotHeld;
+        table.modify(key, |record| {
+            if let Some(release) = ops::decide_release(Some(record), owner, now) {
+                record.count = release.count;
+                record.expires_at = release.expires_at;
+                outcome = ReleaseOutcome::Released {
                     remaining: release.count,
-                }
+                };
+                true
+            } else {
+                false
             }
-            None => ReleaseOutcome::NotHeld,
-        })
+        });
+        Ok(outcome)
     }
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {

@@ -267,12 +267,12 @@ fn decode(key: &str, row: &SqliteRow) -> Result<Stored, StorageError> {
     let owner: Vec<u8> = row.try_get("owner").map_err(|e| corrupt(key, e))?;
     let host: Option<String> = row.try_get("holder_host").map_err(|e| corrupt(key, e))?;
     let holder = match host {
-        Some(host) => Some(HolderInfo {
+        Some(host) => Some(Arc::new(HolderInfo {
             host,
             pid: u32::try_from(row.try_get::<Option<i64>, _>("holder_pid").map_err(|e| corrupt(key, e))?.unwrap_or(0))
                 .unwrap_or(0),
             note: row.try_get("holder_note").map_err(|e| corrupt(key, e))?,
-        }),
+        })),
         None => None,
     };
     Ok(Stored {
@@ -325,7 +325,7 @@ impl Storage for SqliteStorage {
     }
 
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        let (host, pid, note) = holder_params(record.holder.as_ref());
+        let (host, pid, note) = holder_params(record.holder.as_deref());
         let row = query(&self.sql.create)
             .bind(key)
             .bind(&record.owner.to_bytes()[..])
@@ -351,7 +351,7 @@ impl Storage for SqliteStorage {
         expected: &Version,
         record: &LockRecord,
     ) -> Result<Version, StorageError> {
-        let (host, pid, note) = holder_params(record.holder.as_ref());
+        let (host, pid, note) = holder_params(record.holder.as_deref());
         let row = query(&self.sql.update)
             .bind(key)
             .bind(version_param(expected))

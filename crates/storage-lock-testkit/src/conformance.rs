@@ -16,6 +16,7 @@ use crate::unique_prefix;
 pub const RACERS: usize = 16;
 
 fn record(owner: OwnerId, fencing: u64, holder: Option<HolderInfo>) -> LockRecord {
+    let holder = holder.map(Arc::new);
     let now = SystemClock.now();
     LockRecord {
         owner,

@@ -62,12 +62,13 @@ pub struct LockHandle {
     shared: Arc<Shared>,
 }
 
-struct Shared {
-    name: String,
+/// Everything a handle and its background tasks share, in one allocation together with the
+/// provider's backend (the unsized last field).
+struct Shared<B: ?Sized = dyn HoldBackend> {
+    name: Arc<str>,
     key: Arc<str>,
     fencing: u64,
     lease: Duration,
-    backend: Arc<dyn HoldBackend>,
     state: Mutex<State>,
     /// Wakes `lost()` futures when the handle turns lost.
     lost: Notify,
@@ -77,6 +78,7 @@ struct Shared {
     ended: Notify,
     release_started: AtomicBool,
     timer_started: AtomicBool,
+    backend: B,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -96,7 +98,7 @@ enum State {
 /// What a provider knows right after the storage granted a hold.
 #[derive(Debug, Clone)]
 pub(crate) struct Grant {
-    pub name: String,
+    pub name: Arc<str>,
     pub key: Arc<str>,
     pub fencing: u64,
     pub lease: Duration,
@@ -109,14 +111,13 @@ pub(crate) struct Grant {
 impl LockHandle {
     /// Builds the handle for a grant; fails (without releasing: the caller must) if the lease
     /// cannot be represented as a local deadline.
-    pub(crate) fn new(grant: Grant, backend: Arc<dyn HoldBackend>) -> Result<Self, LockError> {
+    pub(crate) fn new(grant: Grant, backend: impl HoldBackend) -> Result<Self, LockError> {
         let deadline = local_deadline(grant.sent_at, grant.lease)?;
-        let shared = Arc::new(Shared {
+        let shared: Arc<Shared> = Arc::new(Shared {
             name: grant.name,
             key: grant.key,
             fencing: grant.fencing,
             lease: grant.lease,
-            backend,
             state: Mutex::new(State::Held {
                 expires_at: grant.expires_at,
                 deadline,
@@ -126,6 +127,7 @@ impl LockHandle {
             ended: Notify::new(),
             release_started: AtomicBool::new(false),
             timer_started: AtomicBool::new(false),
+            backend,
         });
         if let Some(every) = grant.auto_renew {
             shared.timer_started.store(true, Ordering::Relaxed);
@@ -247,11 +249,11 @@ impl Drop for LockHandle {
             return;
         }
         self.shared.mark_released();
-        let backend = self.shared.backend.clone();
+        let shared = self.shared.clone();
         // Without a runtime the hold simply lapses at its lease.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = backend.release().await {
+                if let Err(e) = shared.backend.release().await {
                     tracing::warn!(error = %e, "background release of a dropped lock handle failed");
                 }
             });

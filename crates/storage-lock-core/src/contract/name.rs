@@ -1,3 +1,4 @@
+use std::borrow::Cow;
 use std::fmt;
 
 use super::LockError;
@@ -20,7 +21,7 @@ pub fn validate_name(name: &str) -> Result<(), LockError> {
             "longer than MAX_NAME_LEN (255 bytes)",
         ));
     }
-    if name.chars().any(char::is_control) {
+    if has_control(name) {
         return Err(LockError::invalid_name(
             name,
             "must not contain control characters",
@@ -29,10 +30,18 @@ pub fn validate_name(name: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+fn has_control(s: &str) -> bool {
+    if s.is_ascii() {
+        s.bytes().any(|b| b.is_ascii_control())
+    } else {
+        s.chars().any(char::is_control)
+    }
+}
+
 /// Checks a key produced by a [`KeyNormalizer`]: not empty, at most `2 * MAX_NAME_LEN` bytes, no
 /// control characters.
 pub fn validate_key(key: &str) -> Result<(), LockError> {
-    if key.is_empty() || key.len() > 2 * MAX_NAME_LEN || key.chars().any(char::is_control) {
+    if key.is_empty() || key.len() > 2 * MAX_NAME_LEN || has_control(key) {
         return Err(LockError::invalid_name(
             key,
             "the key normalizer produced an empty, over-long or control-character key",
@@ -49,8 +58,9 @@ pub fn validate_key(key: &str) -> Result<(), LockError> {
 /// would block everything). Reading configuration (a tenant, a namespace) is fine as long as it
 /// is stable for the life of the normalizer.
 pub trait KeyNormalizer: fmt::Debug + Send + Sync + 'static {
-    /// The key for `name` (already validated by [`validate_name`]).
-    fn normalize(&self, name: &str) -> String;
+    /// The key for `name` (already validated by [`validate_name`]); borrow `name` itself when
+    /// the key is the name.
+    fn normalize<'a>(&self, name: &'a str) -> Cow<'a, str>;
 }
 
 /// The default normalizer: `prefix + name`.
@@ -69,10 +79,13 @@ impl PrefixNormalizer {
 }
 
 impl KeyNormalizer for PrefixNormalizer {
-    fn normalize(&self, name: &str) -> String {
+    fn normalize<'a>(&self, name: &'a str) -> Cow<'a, str> {
+        if self.prefix.is_empty() {
+            return Cow::Borrowed(name);
+        }
         let mut key = String::with_capacity(self.prefix.len() + name.len());
         key.push_str(&self.prefix);
         key.push_str(name);
-        key
+        Cow::Owned(key)
     }
 }

@@ -62,21 +62,21 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError> {
         options.validate()?;
-        let key: Arc<str> = self.key_for(name)?.into();
+        let key: Arc<str> = Arc::from(&*self.key_for(name)?);
         let span = tracing::debug_span!("storage_lock.acquire", key = %key);
-        async {
-            let req = Arc::new(self.request(OwnerId::random(), options, false));
+        let acquire = async {
+            let req = self.request(OwnerId::random(), options, false);
             let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
                 return Ok(None);
             };
-            let backend = Arc::new(EngineHold::new(
+            let backend = EngineHold::new(
                 self.storage.clone(),
                 self.shared.clone(),
                 key.clone(),
                 req.owner,
                 granted.fencing,
                 granted.sent_at,
-            ));
+            );
             let built = granted
                 .expires_at
                 .to_system_time()
@@ -85,7 +85,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 })
                 .and_then(|expires_at| {
                     let grant = Grant {
-                        name: name.to_owned(),
+                        // The default normalizer maps a name to itself: share the allocation.
+                        name: if *key == *name { key.clone() } else { name.into() },
                         key: key.clone(),
                         fencing: granted.fencing,
                         lease: options.lease,
@@ -107,7 +108,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     let storage = self.storage.clone();
                     let owner = req.owner;
                     let released = detached(
-                        async move { storage.release(&key, owner).await },
+                        async move { storage.as_ref().release(&key, owner).await },
                         |_| async {},
                     )
                     .await;
@@ -118,9 +119,13 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     Err(e)
                 }
             }
+        };
+        // An `Instrumented` wrapper costs even when disabled; skip it then.
+        if span.is_disabled() {
+            acquire.await
+        } else {
+            acquire.instrument(span).await
         }
-        .instrument(span)
-        .await
     }
 
     pub(crate) fn request(
@@ -149,7 +154,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     pub(crate) async fn acquire_loop(
         &self,
         key: &Arc<str>,
-        req: &Arc<AcquireRequest>,
+        req: &AcquireRequest,
         options: &AcquireOptions,
     ) -> Result<Option<Granted>, LockError> {
         let started = Instant::now();
@@ -172,7 +177,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 Some(d) => d > started && Instant::now() < d,
             };
             let change = if may_wait {
-                self.storage.wait_for_change(key).await?
+                self.storage.as_ref().wait_for_change(key).await?
             } else {
                 ChangeWait::unsupported()
             };
@@ -248,16 +253,16 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     async fn try_acquire_detached(
         &self,
         key: &Arc<str>,
-        req: &Arc<AcquireRequest>,
+        req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
         let (storage, key, req) = (self.storage.clone(), key.clone(), req.clone());
         let release = (storage.clone(), key.clone(), req.owner);
         detached(
-            async move { storage.try_acquire(&key, &req).await },
+            async move { storage.as_ref().try_acquire(&key, &req).await },
             move |outcome| async move {
                 if let Ok(AcquireOutcome::Acquired { .. }) = outcome {
                     let (storage, key, owner) = release;
-                    if let Err(e) = storage.release(&key, owner).await {
+                    if let Err(e) = storage.as_ref().release(&key, owner).await {
                         tracing::warn!(key = %key, error = %e, "release of an abandoned grant failed");
                     }
                 }

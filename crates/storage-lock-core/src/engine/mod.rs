@@ -12,6 +12,7 @@ pub mod hold;
 pub mod reentrant;
 pub mod telemetry;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -102,10 +103,12 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     }
 
     /// Validates `name` and returns the storage key it maps to.
-    pub fn key_for(&self, name: &str) -> Result<String, LockError> {
+    pub fn key_for<'a>(&self, name: &'a str) -> Result<Cow<'a, str>, LockError> {
         validate_name(name)?;
         let key = self.shared.normalizer.normalize(name);
-        validate_key(&key)?;
+        if let Cow::Owned(key) = &key {
+            validate_key(key)?;
+        }
         Ok(key)
     }
 }

@@ -9,6 +9,7 @@
 //! Cancel safety: if a `lock_reentrant` future is dropped and the storage grants the level
 //! anyway, exactly that level is released right after the grant.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::StorageLock;
@@ -42,8 +43,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 reason: "the reentrant API has no watchdog; call renew_reentrant".into(),
             });
         }
-        let key = self.key_for(name)?.into();
-        let req = std::sync::Arc::new(self.request(owner, options, true));
+        let key = Arc::from(&*self.key_for(name)?);
+        let req = self.request(owner, options, true);
         let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
             return Ok(None);
         };
@@ -64,7 +65,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// [`LockError::NotHeld`] if `owner` holds no level.
     pub async fn unlock_reentrant(&self, name: &str, owner: OwnerId) -> Result<u32, LockError> {
         let key = self.key_for(name)?;
-        match self.storage.release(&key, owner).await? {
+        match self.storage.as_ref().release(&key, owner).await? {
             ReleaseOutcome::Released { remaining } => Ok(remaining),
             ReleaseOutcome::NotHeld => Err(LockError::NotHeld {
                 name: name.to_owned(),
@@ -86,7 +87,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             });
         }
         let key = self.key_for(name)?;
-        Ok(match self.storage.renew(&key, owner, lease).await? {
+        Ok(match self.storage.as_ref().renew(&key, owner, lease).await? {
             RenewOutcome::Renewed { expires_at } => expires_at.to_system_time(),
             RenewOutcome::NotHeld => None,
         })
@@ -95,9 +96,10 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// The fencing token of `owner`'s live hold of `name`, if it has one.
     pub async fn fencing_token(&self, name: &str, owner: OwnerId) -> Result<Option<u64>, LockError> {
         let key = self.key_for(name)?;
-        let now = self.storage.now().await?;
+        let now = self.storage.as_ref().now().await?;
         Ok(self
             .storage
+            .as_ref()
             .get(&key)
             .await?
             .map(|s| s.record)

@@ -42,7 +42,7 @@ pub enum AcquireOutcome {
         /// The storage clock when this was decided, so callers can compute time left.
         now: Timestamp,
         /// Who holds it.
-        holder: Option<HolderInfo>,
+        holder: Option<Arc<HolderInfo>>,
     },
 }
 
@@ -138,7 +138,7 @@ pub fn decide_acquire(
             fencing: current.map_or(floor, |r| r.fencing).saturating_add(1),
             acquired_at: now,
             expires_at,
-            holder: req.holder.as_deref().cloned(),
+            holder: req.holder.clone(),
         }),
     }
 }

@@ -1,6 +1,7 @@
 //! The stored lock record and the small value types around it.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A point in time on the storage's clock: milliseconds since the Unix epoch.
@@ -142,8 +143,8 @@ pub struct LockRecord {
     pub acquired_at: Timestamp,
     /// When the hold lapses (for a tombstone: when it was released).
     pub expires_at: Timestamp,
-    /// Who holds it.
-    pub holder: Option<HolderInfo>,
+    /// Who holds it (shared, so copying a record never copies the strings).
+    pub holder: Option<Arc<HolderInfo>>,
 }
 
 impl LockRecord {
