@@ -63,7 +63,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     ) -> Result<Option<LockHandle>, LockError> {
         options.validate()?;
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
-        let span = tracing::debug_span!("storage_lock.acquire", key = %key);
+        // Building a span (and an `Instrumented` wrapper) costs even when nobody listens.
+        let span = tracing::level_enabled!(tracing::Level::DEBUG)
+            .then(|| tracing::debug_span!("storage_lock.acquire", key = %key));
         let acquire = async {
             let req = self.request(OwnerId::random(), options, false);
             let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
@@ -120,11 +122,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 }
             }
         };
-        // An `Instrumented` wrapper costs even when disabled; skip it then.
-        if span.is_disabled() {
-            acquire.await
-        } else {
-            acquire.instrument(span).await
+        match span {
+            Some(span) => acquire.instrument(span).await,
+            None => acquire.await,
         }
     }
 
@@ -256,19 +256,21 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
         let (storage, key, req) = (self.storage.clone(), key.clone(), req.clone());
-        let release = (storage.clone(), key.clone(), req.owner);
-        detached(
-            async move { storage.as_ref().try_acquire(&key, &req).await },
-            move |outcome| async move {
-                if let Ok(AcquireOutcome::Acquired { .. }) = outcome {
-                    let (storage, key, owner) = release;
-                    if let Err(e) = storage.as_ref().release(&key, owner).await {
-                        tracing::warn!(key = %key, error = %e, "release of an abandoned grant failed");
-                    }
+        let (outcome, ..) = detached(
+            async move {
+                let outcome = storage.as_ref().try_acquire(&key, &req).await;
+                (outcome, storage, key, req.owner)
+            },
+            |(outcome, storage, key, owner)| async move {
+                if let Ok(AcquireOutcome::Acquired { .. }) = outcome
+                    && let Err(e) = storage.as_ref().release(&key, owner).await
+                {
+                    tracing::warn!(key = %key, error = %e, "release of an abandoned grant failed");
                 }
             },
         )
-        .await
+        .await;
+        outcome
     }
 }
 
