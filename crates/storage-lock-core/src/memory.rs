@@ -152,7 +152,9 @@ impl Storage for MemoryStorage {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let mut table = self.table();
         if table.current(key).is_some() {
-            return Err(StorageError::AlreadyExists { key: key.to_owned() });
+            return Err(StorageError::AlreadyExists {
+                key: key.to_owned(),
+            });
         }
         Ok(Version::from_u64(table.put(key, record.clone())))
     }
@@ -165,7 +167,9 @@ impl Storage for MemoryStorage {
     ) -> Result<Version, StorageError> {
         let mut table = self.table();
         if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
-            return Err(StorageError::Conflict { key: key.to_owned() });
+            return Err(StorageError::Conflict {
+                key: key.to_owned(),
+            });
         }
         Ok(Version::from_u64(table.put(key, record.clone())))
     }
@@ -173,7 +177,9 @@ impl Storage for MemoryStorage {
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
         let mut table = self.table();
         if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
-            return Err(StorageError::Conflict { key: key.to_owned() });
+            return Err(StorageError::Conflict {
+                key: key.to_owned(),
+            });
         }
         if let Entry::Occupied(mut slot) = table.slots.entry(key.to_owned()) {
             slot.get_mut().stored = None;

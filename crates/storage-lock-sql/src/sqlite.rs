@@ -30,8 +30,7 @@ use storage_lock_core::{
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
 
 const NAME: &str = "sqlite";
-const COLUMNS: &str =
-    "lock_key, version, owner, count, fencing, acquired_at, expires_at, holder_host, holder_pid, holder_note";
+const COLUMNS: &str = "lock_key, version, owner, count, fencing, acquired_at, expires_at, holder_host, holder_pid, holder_note";
 
 /// Locks in a SQLite database file; see the [module docs](self).
 #[derive(Debug, Clone)]
@@ -113,13 +112,17 @@ impl SqliteStorageBuilder {
 
     /// Opens the database, creating the file and the table if needed.
     pub async fn open(self) -> Result<SqliteStorage, StorageError> {
-        let path = self.path.ok_or_else(|| {
-            StorageError::backend(NAME, "open", "no database path configured")
-        })?;
+        let path = self
+            .path
+            .ok_or_else(|| StorageError::backend(NAME, "open", "no database path configured"))?;
         validate_table_name(&self.table).map_err(|e| StorageError::backend(NAME, "open", e))?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| {
-                StorageError::backend(NAME, "open", format!("cannot create {}: {e}", dir.display()))
+                StorageError::backend(
+                    NAME,
+                    "open",
+                    format!("cannot create {}: {e}", dir.display()),
+                )
             })?;
         }
         let options = SqliteConnectOptions::new()
@@ -132,9 +135,7 @@ impl SqliteStorageBuilder {
             .max_connections(self.max_connections)
             .connect_with(options)
             .await
-            .map_err(|e| {
-                StorageError::backend(NAME, "open", format!("{}: {e}", path.display()))
-            })?;
+            .map_err(|e| StorageError::backend(NAME, "open", format!("{}: {e}", path.display())))?;
         let sql = Statements::new(&self.table);
         query(&sql.create_table)
             .execute(&pool)
@@ -269,15 +270,20 @@ fn decode(key: &str, row: &SqliteRow) -> Result<Stored, StorageError> {
     let holder = match host {
         Some(host) => Some(Arc::new(HolderInfo {
             host,
-            pid: u32::try_from(row.try_get::<Option<i64>, _>("holder_pid").map_err(|e| corrupt(key, e))?.unwrap_or(0))
-                .unwrap_or(0),
+            pid: u32::try_from(
+                row.try_get::<Option<i64>, _>("holder_pid")
+                    .map_err(|e| corrupt(key, e))?
+                    .unwrap_or(0),
+            )
+            .unwrap_or(0),
             note: row.try_get("holder_note").map_err(|e| corrupt(key, e))?,
         })),
         None => None,
     };
     Ok(Stored {
         record: LockRecord {
-            owner: OwnerId::from_bytes(&owner).ok_or_else(|| corrupt(key, "owner is not 16 bytes"))?,
+            owner: OwnerId::from_bytes(&owner)
+                .ok_or_else(|| corrupt(key, "owner is not 16 bytes"))?,
             count: u32::try_from(get_i64("count")?).map_err(|e| corrupt(key, e))?,
             fencing: u64::try_from(get_i64("fencing")?).map_err(|e| corrupt(key, e))?,
             acquired_at: ts(get_i64("acquired_at")?),
@@ -294,7 +300,11 @@ fn version_param(v: &Version) -> Option<i64> {
 
 fn holder_params(h: Option<&HolderInfo>) -> (Option<&str>, Option<i64>, Option<&str>) {
     match h {
-        Some(h) => (Some(h.host.as_str()), Some(i64::from(h.pid)), h.note.as_deref()),
+        Some(h) => (
+            Some(h.host.as_str()),
+            Some(i64::from(h.pid)),
+            h.note.as_deref(),
+        ),
         None => (None, None, None),
     }
 }
@@ -341,7 +351,9 @@ impl Storage for SqliteStorage {
             .map_err(err("create"))?;
         match row {
             Some(r) => Ok(Version::from_u64(r.get::<i64, _>(0) as u64)),
-            None => Err(StorageError::AlreadyExists { key: key.to_owned() }),
+            None => Err(StorageError::AlreadyExists {
+                key: key.to_owned(),
+            }),
         }
     }
 
@@ -368,7 +380,9 @@ impl Storage for SqliteStorage {
             .map_err(err("update"))?;
         match row {
             Some(r) => Ok(Version::from_u64(r.get::<i64, _>(0) as u64)),
-            None => Err(StorageError::Conflict { key: key.to_owned() }),
+            None => Err(StorageError::Conflict {
+                key: key.to_owned(),
+            }),
         }
     }
 
@@ -382,7 +396,9 @@ impl Storage for SqliteStorage {
         if done.rows_affected() == 1 {
             Ok(())
         } else {
-            Err(StorageError::Conflict { key: key.to_owned() })
+            Err(StorageError::Conflict {
+                key: key.to_owned(),
+            })
         }
     }
 

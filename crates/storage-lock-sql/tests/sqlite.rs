@@ -5,7 +5,9 @@ use storage_lock_sql::SqliteStorage;
 
 async fn sqlite() -> SqliteStorage {
     let dir = tempfile::tempdir().expect("temp dir").keep();
-    SqliteStorage::open(dir.join("locks.db")).await.expect("open sqlite")
+    SqliteStorage::open(dir.join("locks.db"))
+        .await
+        .expect("open sqlite")
 }
 
 storage_lock_testkit::storage_lock_suites!(sqlite);

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, HolderInfo, LockRecord, OwnerId, PageRequest, ReleaseOutcome,
-    RenewOutcome, Storage, StorageError, SystemClock, Clock,
+    AcquireOutcome, AcquireRequest, Clock, HolderInfo, LockRecord, OwnerId, PageRequest,
+    ReleaseOutcome, RenewOutcome, Storage, StorageError, SystemClock,
 };
 
 use crate::unique_prefix;
@@ -162,14 +162,19 @@ pub async fn racing_creates_have_one_winner<S: Storage>(s: S) {
     let key = unique_prefix("racing_creates") + "k";
     let results = race(Arc::new(s), |s, i| {
         let key = key.clone();
-        tokio::spawn(async move { s.create(&key, &record(OwnerId::random(), i as u64, None)).await })
+        tokio::spawn(async move {
+            s.create(&key, &record(OwnerId::random(), i as u64, None))
+                .await
+        })
     })
     .await;
     let winners = results.iter().filter(|r| r.is_ok()).count();
     assert_eq!(winners, 1, "{results:?}");
-    assert!(results
-        .iter()
-        .all(|r| r.as_ref().is_ok() || matches!(r, Err(StorageError::AlreadyExists { .. }))));
+    assert!(
+        results
+            .iter()
+            .all(|r| r.as_ref().is_ok() || matches!(r, Err(StorageError::AlreadyExists { .. })))
+    );
 }
 
 /// [`RACERS`] concurrent `update`s from the same version: exactly one wins, the rest conflict.
@@ -181,15 +186,22 @@ pub async fn racing_updates_have_one_winner<S: Storage>(s: S) {
         .unwrap();
     let results = race(Arc::new(s), |s, i| {
         let (key, v) = (key.clone(), v.clone());
-        tokio::spawn(
-            async move { s.update(&key, &v, &record(OwnerId::random(), i as u64, None)).await },
-        )
+        tokio::spawn(async move {
+            s.update(&key, &v, &record(OwnerId::random(), i as u64, None))
+                .await
+        })
     })
     .await;
-    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
-    assert!(results
-        .iter()
-        .all(|r| r.is_ok() || matches!(r, Err(StorageError::Conflict { .. }))));
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .all(|r| r.is_ok() || matches!(r, Err(StorageError::Conflict { .. })))
+    );
 }
 
 /// [`RACERS`] concurrent `try_acquire`s of a free key by different owners: exactly one acquires.
@@ -198,9 +210,12 @@ pub async fn racing_acquires_have_one_winner<S: Storage>(s: S) {
     let results = race(Arc::new(s), |s, _| {
         let key = key.clone();
         tokio::spawn(async move {
-            s.try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
-                .await
-                .unwrap()
+            s.try_acquire(
+                &key,
+                &request(OwnerId::random(), Duration::from_secs(30), false),
+            )
+            .await
+            .unwrap()
         })
     })
     .await;
@@ -217,7 +232,11 @@ pub async fn racing_acquires_have_one_winner<S: Storage>(s: S) {
 pub async fn release_writes_tombstone<S: Storage>(s: S) {
     let key = unique_prefix("tombstone") + "k";
     let a = OwnerId::random();
-    let first = fencing_of(&s.try_acquire(&key, &request(a, Duration::from_secs(30), false)).await.unwrap());
+    let first = fencing_of(
+        &s.try_acquire(&key, &request(a, Duration::from_secs(30), false))
+            .await
+            .unwrap(),
+    );
     assert_eq!(
         s.release(&key, OwnerId::random()).await.unwrap(),
         ReleaseOutcome::NotHeld,
@@ -232,7 +251,10 @@ pub async fn release_writes_tombstone<S: Storage>(s: S) {
     assert_eq!(tomb.fencing, first);
     assert_eq!(s.release(&key, a).await.unwrap(), ReleaseOutcome::NotHeld);
     let next = s
-        .try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
+        .try_acquire(
+            &key,
+            &request(OwnerId::random(), Duration::from_secs(30), false),
+        )
         .await
         .unwrap();
     assert_eq!(fencing_of(&next), first + 1);
@@ -244,12 +266,19 @@ pub async fn list_by_prefix_in_pages<S: Storage>(s: S) {
     let p = unique_prefix("list");
     let mut keys: Vec<String> = (0..5).map(|i| format!("{p}k{i}")).collect();
     for k in keys.iter().rev() {
-        s.create(k, &record(OwnerId::random(), 1, None)).await.unwrap();
+        s.create(k, &record(OwnerId::random(), 1, None))
+            .await
+            .unwrap();
     }
-    s.create(&format!("{p}"), &record(OwnerId::random(), 1, None)).await.unwrap();
-    s.create(&format!("{}other", unique_prefix("list")), &record(OwnerId::random(), 1, None))
+    s.create(&p, &record(OwnerId::random(), 1, None))
         .await
         .unwrap();
+    s.create(
+        &format!("{}other", unique_prefix("list")),
+        &record(OwnerId::random(), 1, None),
+    )
+    .await
+    .unwrap();
     s.raise_fencing_floor(1).await.unwrap();
     keys.insert(0, p.clone());
     let mut seen = Vec::new();
@@ -268,7 +297,12 @@ pub async fn list_by_prefix_in_pages<S: Storage>(s: S) {
     }
     assert_eq!(seen, keys);
     let everything = s.list_locks("", &PageRequest::default()).await.unwrap();
-    assert!(everything.entries.iter().all(|(k, _)| k != FENCING_FLOOR_KEY));
+    assert!(
+        everything
+            .entries
+            .iter()
+            .all(|(k, _)| k != FENCING_FLOOR_KEY)
+    );
 }
 
 /// The storage clock does not run backwards across reads and is within ten minutes of this
@@ -277,24 +311,35 @@ pub async fn clock_is_sane<S: Storage>(s: S) {
     let mut last = s.now().await.unwrap();
     for _ in 0..20 {
         let now = s.now().await.unwrap();
-        assert!(now >= last, "storage clock went backwards: {last:?} → {now:?}");
+        assert!(
+            now >= last,
+            "storage clock went backwards: {last:?} → {now:?}"
+        );
         last = now;
     }
     let here = SystemClock.now();
     let skew = here.saturating_since(last).max(last.saturating_since(here));
-    assert!(skew < Duration::from_secs(600), "storage clock is {skew:?} off");
+    assert!(
+        skew < Duration::from_secs(600),
+        "storage clock is {skew:?} off"
+    );
 }
 
 /// Only the owner's live hold renews; an expired one does not, even if nobody took it.
 pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
     let key = unique_prefix("renew") + "k";
     let a = OwnerId::random();
-    let acquired = s.try_acquire(&key, &request(a, Duration::from_millis(300), false)).await.unwrap();
+    let acquired = s
+        .try_acquire(&key, &request(a, Duration::from_millis(300), false))
+        .await
+        .unwrap();
     let AcquireOutcome::Acquired { expires_at, .. } = acquired else {
         panic!("{acquired:?}")
     };
     assert_eq!(
-        s.renew(&key, OwnerId::random(), Duration::from_secs(5)).await.unwrap(),
+        s.renew(&key, OwnerId::random(), Duration::from_secs(5))
+            .await
+            .unwrap(),
         RenewOutcome::NotHeld
     );
     match s.renew(&key, a, Duration::from_secs(5)).await.unwrap() {
@@ -311,7 +356,9 @@ pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
         RenewOutcome::NotHeld
     );
     assert_eq!(
-        s.renew(&format!("{key}-missing"), a, Duration::from_secs(5)).await.unwrap(),
+        s.renew(&format!("{key}-missing"), a, Duration::from_secs(5))
+            .await
+            .unwrap(),
         RenewOutcome::NotHeld
     );
 }
@@ -320,18 +367,27 @@ pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
 pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
     let key = unique_prefix("takeover") + "k";
     let first = fencing_of(
-        &s.try_acquire(&key, &request(OwnerId::random(), Duration::from_millis(100), false))
-            .await
-            .unwrap(),
+        &s.try_acquire(
+            &key,
+            &request(OwnerId::random(), Duration::from_millis(100), false),
+        )
+        .await
+        .unwrap(),
     );
     let busy = s
-        .try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
+        .try_acquire(
+            &key,
+            &request(OwnerId::random(), Duration::from_secs(30), false),
+        )
         .await
         .unwrap();
     assert!(matches!(busy, AcquireOutcome::Busy { .. }), "{busy:?}");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let second = s
-        .try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
+        .try_acquire(
+            &key,
+            &request(OwnerId::random(), Duration::from_secs(30), false),
+        )
         .await
         .unwrap();
     assert_eq!(fencing_of(&second), first + 1);
@@ -345,21 +401,49 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
     let lease = Duration::from_secs(30);
     let first = s.try_acquire(&key, &request(a, lease, true)).await.unwrap();
     let second = s.try_acquire(&key, &request(a, lease, true)).await.unwrap();
-    let (AcquireOutcome::Acquired { fencing: f1, count: 1, .. }, AcquireOutcome::Acquired { fencing: f2, count: 2, .. }) =
-        (&first, &second)
+    let (
+        AcquireOutcome::Acquired {
+            fencing: f1,
+            count: 1,
+            ..
+        },
+        AcquireOutcome::Acquired {
+            fencing: f2,
+            count: 2,
+            ..
+        },
+    ) = (&first, &second)
     else {
         panic!("{first:?} {second:?}")
     };
     assert_eq!(f1, f2);
-    let same_owner_plain = s.try_acquire(&key, &request(a, lease, false)).await.unwrap();
+    let same_owner_plain = s
+        .try_acquire(&key, &request(a, lease, false))
+        .await
+        .unwrap();
     assert!(matches!(same_owner_plain, AcquireOutcome::Busy { .. }));
-    let other = s.try_acquire(&key, &request(OwnerId::random(), lease, true)).await.unwrap();
+    let other = s
+        .try_acquire(&key, &request(OwnerId::random(), lease, true))
+        .await
+        .unwrap();
     assert!(matches!(other, AcquireOutcome::Busy { .. }));
-    assert_eq!(s.release(&key, a).await.unwrap(), ReleaseOutcome::Released { remaining: 1 });
-    let other = s.try_acquire(&key, &request(OwnerId::random(), lease, true)).await.unwrap();
+    assert_eq!(
+        s.release(&key, a).await.unwrap(),
+        ReleaseOutcome::Released { remaining: 1 }
+    );
+    let other = s
+        .try_acquire(&key, &request(OwnerId::random(), lease, true))
+        .await
+        .unwrap();
     assert!(matches!(other, AcquireOutcome::Busy { .. }));
-    assert_eq!(s.release(&key, a).await.unwrap(), ReleaseOutcome::Released { remaining: 0 });
-    let b = s.try_acquire(&key, &request(OwnerId::random(), lease, true)).await.unwrap();
+    assert_eq!(
+        s.release(&key, a).await.unwrap(),
+        ReleaseOutcome::Released { remaining: 0 }
+    );
+    let b = s
+        .try_acquire(&key, &request(OwnerId::random(), lease, true))
+        .await
+        .unwrap();
     assert_eq!(fencing_of(&b), *f1 + 1);
 }
 
@@ -367,13 +451,26 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
 pub async fn busy_reports_holder_and_expiry<S: Storage>(s: S) {
     let key = unique_prefix("busy") + "k";
     let lease = Duration::from_secs(10);
-    s.try_acquire(&key, &request(OwnerId::random(), lease, false)).await.unwrap();
-    let busy = s.try_acquire(&key, &request(OwnerId::random(), lease, false)).await.unwrap();
-    let AcquireOutcome::Busy { holder, .. } = &busy else { panic!("{busy:?}") };
+    s.try_acquire(&key, &request(OwnerId::random(), lease, false))
+        .await
+        .unwrap();
+    let busy = s
+        .try_acquire(&key, &request(OwnerId::random(), lease, false))
+        .await
+        .unwrap();
+    let AcquireOutcome::Busy { holder, .. } = &busy else {
+        panic!("{busy:?}")
+    };
     assert_eq!(holder.as_ref().map(|h| h.pid), Some(42));
-    assert_eq!(holder.as_ref().and_then(|h| h.note.as_deref()), Some("suite"));
+    assert_eq!(
+        holder.as_ref().and_then(|h| h.note.as_deref()),
+        Some("suite")
+    );
     let left = busy.busy_for().unwrap();
-    assert!(left <= lease && left > lease - Duration::from_secs(5), "{left:?}");
+    assert!(
+        left <= lease && left > lease - Duration::from_secs(5),
+        "{left:?}"
+    );
 }
 
 /// Fresh keys start above the fencing floor; the floor never goes down.
@@ -381,12 +478,18 @@ pub async fn fresh_keys_start_above_floor<S: Storage>(s: S) {
     let floor = s.fencing_floor().await.unwrap();
     let raised = s.raise_fencing_floor(floor + 1000).await.unwrap();
     assert!(raised >= floor + 1000);
-    assert!(s.raise_fencing_floor(1).await.unwrap() >= raised, "the floor went down");
+    assert!(
+        s.raise_fencing_floor(1).await.unwrap() >= raised,
+        "the floor went down"
+    );
     let key = unique_prefix("floor") + "k";
     let token = fencing_of(
-        &s.try_acquire(&key, &request(OwnerId::random(), Duration::from_secs(30), false))
-            .await
-            .unwrap(),
+        &s.try_acquire(
+            &key,
+            &request(OwnerId::random(), Duration::from_secs(30), false),
+        )
+        .await
+        .unwrap(),
     );
     assert!(token > raised, "fresh key got {token}, floor is {raised}");
 }
@@ -398,11 +501,17 @@ pub async fn sweep_keeps_fencing_monotonic<S: Storage>(s: S) {
     let a = OwnerId::random();
     let mut last = 0;
     for _ in 0..3 {
-        last = fencing_of(&s.try_acquire(&key, &request(a, Duration::from_secs(30), false)).await.unwrap());
+        last = fencing_of(
+            &s.try_acquire(&key, &request(a, Duration::from_secs(30), false))
+                .await
+                .unwrap(),
+        );
         s.release(&key, a).await.unwrap();
     }
     let held = format!("{p}held");
-    s.try_acquire(&held, &request(a, Duration::from_secs(30), false)).await.unwrap();
+    s.try_acquire(&held, &request(a, Duration::from_secs(30), false))
+        .await
+        .unwrap();
     if !s.capabilities().conditional_delete {
         let err = s.sweep(&p, Duration::ZERO).await.unwrap_err();
         assert!(matches!(err, StorageError::Unsupported { .. }));
@@ -412,7 +521,17 @@ pub async fn sweep_keeps_fencing_monotonic<S: Storage>(s: S) {
     assert_eq!(report.deleted, 1, "only the tombstone goes: {report:?}");
     assert!(report.floor >= last);
     assert!(s.get(&key).await.unwrap().is_none());
-    assert!(s.get(&held).await.unwrap().is_some(), "a live hold was swept");
-    let next = fencing_of(&s.try_acquire(&key, &request(a, Duration::from_secs(30), false)).await.unwrap());
-    assert!(next > last, "token went from {last} to {next} across a sweep");
+    assert!(
+        s.get(&held).await.unwrap().is_some(),
+        "a live hold was swept"
+    );
+    let next = fencing_of(
+        &s.try_acquire(&key, &request(a, Duration::from_secs(30), false))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        next > last,
+        "token went from {last} to {next} across a sweep"
+    );
 }

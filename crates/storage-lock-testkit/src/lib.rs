@@ -45,10 +45,9 @@ macro_rules! storage_lock_suites {
         mod defaults {
             #[allow(unused_imports)]
             use super::*;
-            $crate::__all_cases!(
-                $crate::__stamp,
-                { $crate::__core::fault::PrimitivesOnly($factory().await) }
-            );
+            $crate::__all_cases!($crate::__stamp, {
+                $crate::__core::fault::PrimitivesOnly($factory().await)
+            });
         }
     };
 }

@@ -61,7 +61,10 @@ pub async fn run_worker(lock: &dyn DistributedLock, name: &str, dir: &Path, roun
 /// Panics unless the workers' records in `dir` show `total` exclusive critical sections.
 pub fn verify(dir: &Path, total: u64) {
     let rejected = fs::read_to_string(dir.join(REJECTED)).unwrap_or_default();
-    assert!(rejected.trim().is_empty(), "stale tokens were written: {rejected}");
+    assert!(
+        rejected.trim().is_empty(),
+        "stale tokens were written: {rejected}"
+    );
     let tokens: Vec<u64> = fs::read_to_string(dir.join(LOG))
         .unwrap_or_default()
         .lines()
@@ -72,7 +75,11 @@ pub fn verify(dir: &Path, total: u64) {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "accepted tokens are not strictly increasing"
     );
-    assert_eq!(read_u64(&dir.join(COUNTER)), total, "lost increments: processes overlapped");
+    assert_eq!(
+        read_u64(&dir.join(COUNTER)),
+        total,
+        "lost increments: processes overlapped"
+    );
 }
 
 /// The environment variable that tells a test binary it runs as a worker, and where to record.

@@ -38,8 +38,16 @@ impl OverlapDetector {
 
     /// Panics unless exactly `sections` sections ran, none overlapped, and no token was stale.
     pub fn assert_exclusive(&self, sections: u64) {
-        assert_eq!(self.overlaps.load(Ordering::SeqCst), 0, "critical sections overlapped");
-        assert_eq!(self.fenced.rejected(), 0, "a stale fencing token reached the resource");
+        assert_eq!(
+            self.overlaps.load(Ordering::SeqCst),
+            0,
+            "critical sections overlapped"
+        );
+        assert_eq!(
+            self.fenced.rejected(),
+            0,
+            "a stale fencing token reached the resource"
+        );
         assert_eq!(
             self.value.load(Ordering::SeqCst),
             sections,

@@ -36,9 +36,17 @@ pub async fn matrix_busy_until_wait_runs_out_returns_none<S: Storage>(s: S) {
     let l = locks(s);
     let name = unique_prefix("busy");
     let _h = hold(&l, &name, Duration::from_secs(30)).await;
-    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_none());
+    assert!(
+        l.try_acquire(&name, &AcquireOptions::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
     let start = Instant::now();
-    let r = l.try_acquire_for(&name, Duration::from_millis(200)).await.unwrap();
+    let r = l
+        .try_acquire_for(&name, Duration::from_millis(200))
+        .await
+        .unwrap();
     assert!(r.is_none());
     assert!(start.elapsed() >= Duration::from_millis(200));
 }
@@ -53,13 +61,19 @@ pub async fn matrix_cancelled_wait_leaves_holder_intact<S: Storage>(s: S) {
     let waiter = {
         let (l, name, cancel) = (l.clone(), name.clone(), cancel.clone());
         tokio::spawn(async move {
-            l.try_acquire(&name, &opts(Wait::Forever, Duration::from_secs(30)).cancel(cancel))
-                .await
+            l.try_acquire(
+                &name,
+                &opts(Wait::Forever, Duration::from_secs(30)).cancel(cancel),
+            )
+            .await
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     cancel.cancel();
-    let result = timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+    let result = timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(matches!(result, Err(LockError::Cancelled)), "{result:?}");
     // Dropping the future is the other way to cancel.
     let dropped = timeout(
@@ -69,11 +83,19 @@ pub async fn matrix_cancelled_wait_leaves_holder_intact<S: Storage>(s: S) {
     .await;
     assert!(dropped.is_err());
     assert!(!h.is_lost());
-    assert!(matches!(h.try_renew(None).await.unwrap(), RenewalResult::Renewed { .. }));
+    assert!(matches!(
+        h.try_renew(None).await.unwrap(),
+        RenewalResult::Renewed { .. }
+    ));
     // A token cancelled up front stops before any attempt.
     let pre = CancellationToken::new();
     pre.cancel();
-    let r = l.try_acquire(&unique_prefix("free"), &AcquireOptions::default().cancel(pre)).await;
+    let r = l
+        .try_acquire(
+            &unique_prefix("free"),
+            &AcquireOptions::default().cancel(pre),
+        )
+        .await;
     assert!(matches!(r, Err(LockError::Cancelled)));
 }
 
@@ -85,11 +107,23 @@ pub async fn matrix_blank_name_rejected_before_storage<S: Storage>(s: S) {
     let long = "x".repeat(storage_lock_core::MAX_NAME_LEN + 1);
     for name in ["", "   ", "\t\n", long.as_str(), "a\u{1f}b", "line\nbreak"] {
         let r = l.try_acquire(name, &AcquireOptions::default()).await;
-        assert!(matches!(r, Err(LockError::InvalidName { .. })), "{name:?}: {r:?}");
+        assert!(
+            matches!(r, Err(LockError::InvalidName { .. })),
+            "{name:?}: {r:?}"
+        );
     }
-    assert_eq!(faulty.total_calls(), 0, "a storage call happened before validation");
+    assert_eq!(
+        faulty.total_calls(),
+        0,
+        "a storage call happened before validation"
+    );
     let max = "y".repeat(storage_lock_core::MAX_NAME_LEN);
-    assert!(l.try_acquire(&max, &AcquireOptions::default()).await.unwrap().is_some());
+    assert!(
+        l.try_acquire(&max, &AcquireOptions::default())
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// Zero lease, zero auto-renew, and auto-renew ≥ lease are [`LockError::InvalidOptions`], raised
@@ -101,12 +135,19 @@ pub async fn matrix_invalid_options_rejected_before_storage<S: Storage>(s: S) {
     let bad = [
         AcquireOptions::default().lease(Duration::ZERO),
         AcquireOptions::default().auto_renew(Duration::ZERO),
-        AcquireOptions::default().lease(Duration::from_secs(1)).auto_renew(Duration::from_secs(1)),
-        AcquireOptions::default().lease(Duration::from_secs(1)).auto_renew(Duration::from_secs(2)),
+        AcquireOptions::default()
+            .lease(Duration::from_secs(1))
+            .auto_renew(Duration::from_secs(1)),
+        AcquireOptions::default()
+            .lease(Duration::from_secs(1))
+            .auto_renew(Duration::from_secs(2)),
     ];
     for o in &bad {
         let r = l.try_acquire(&name, o).await;
-        assert!(matches!(r, Err(LockError::InvalidOptions { .. })), "{o:?}: {r:?}");
+        assert!(
+            matches!(r, Err(LockError::InvalidOptions { .. })),
+            "{o:?}: {r:?}"
+        );
     }
     assert_eq!(faulty.total_calls(), 0);
     let h = hold(&l, &name, Duration::from_secs(30)).await;
@@ -126,9 +167,13 @@ pub async fn matrix_lease_expiry_marks_handle_lost<S: Storage>(s: S) {
     let h = hold(&l, &name, lease).await;
     let token = h.lost_token();
     assert!(!h.is_lost());
-    timeout(lease + Duration::from_millis(500), h.lost()).await.expect("lost() fired");
+    timeout(lease + Duration::from_millis(500), h.lost())
+        .await
+        .expect("lost() fired");
     assert!(h.is_lost());
-    timeout(Duration::from_secs(1), token.cancelled()).await.expect("lost_token cancelled");
+    timeout(Duration::from_secs(1), token.cancelled())
+        .await
+        .expect("lost_token cancelled");
     assert_eq!(h.try_renew(None).await.unwrap(), RenewalResult::Lost);
     let next = l
         .try_acquire(&name, &opts(Wait::For(Duration::from_secs(2)), lease))
@@ -148,9 +193,15 @@ pub async fn matrix_renewal_failure_is_fail_closed<S: Storage>(s: S) {
     faulty.set_fail_renewals(true);
     assert_eq!(h.try_renew(None).await.unwrap(), RenewalResult::Lost);
     assert!(h.is_lost());
-    timeout(Duration::from_secs(1), h.lost()).await.expect("lost() fired");
+    timeout(Duration::from_secs(1), h.lost())
+        .await
+        .expect("lost() fired");
     faulty.set_fail_renewals(false);
-    assert_eq!(h.try_renew(None).await.unwrap(), RenewalResult::Lost, "lost is terminal");
+    assert_eq!(
+        h.try_renew(None).await.unwrap(),
+        RenewalResult::Lost,
+        "lost is terminal"
+    );
     // Taken over after expiry: the storage says "not held".
     let name2 = unique_prefix("failclosed-takeover");
     let h2 = hold(&l, &name2, Duration::from_millis(200)).await;
@@ -182,7 +233,11 @@ pub async fn matrix_fencing_strictly_increasing_across_release_expiry_and_sweep<
     let mut last = 0u64;
     for i in 0..10_000u32 {
         let expire = i % 500 == 499;
-        let lease = if expire { Duration::from_millis(30) } else { Duration::from_secs(30) };
+        let lease = if expire {
+            Duration::from_millis(30)
+        } else {
+            Duration::from_secs(30)
+        };
         let h = l
             .try_acquire(&name, &opts(Wait::For(Duration::from_secs(5)), lease))
             .await
@@ -207,7 +262,10 @@ pub async fn matrix_same_key_twice_is_not_reentrant<S: Storage>(s: S) {
     let l = locks(s);
     let name = unique_prefix("notreentrant");
     let _h = hold(&l, &name, Duration::from_secs(30)).await;
-    let again = l.try_acquire_for(&name, Duration::from_millis(100)).await.unwrap();
+    let again = l
+        .try_acquire_for(&name, Duration::from_millis(100))
+        .await
+        .unwrap();
     assert!(again.is_none());
 }
 
@@ -239,7 +297,10 @@ pub async fn checklist_released_handle_renew_returns_lost_without_state_change<S
     assert_eq!(faulty.calls(Op::Renew), 0);
     assert!(!h.is_lost());
     assert!(!token.is_cancelled());
-    assert!(timeout(Duration::from_millis(50), h.lost()).await.is_err(), "lost() fired after release");
+    assert!(
+        timeout(Duration::from_millis(50), h.lost()).await.is_err(),
+        "lost() fired after release"
+    );
 }
 
 /// A failure after the storage granted the lock (here: a lease too long to represent as a
@@ -249,7 +310,10 @@ pub async fn checklist_failure_after_grant_releases_first<S: Storage>(s: S) {
     let name = unique_prefix("aftergrant");
     let r = l.try_acquire(&name, &opts(Wait::None, Duration::MAX)).await;
     assert!(matches!(r, Err(LockError::LeaseOutOfRange { .. })), "{r:?}");
-    let h = l.try_acquire(&name, &AcquireOptions::default()).await.unwrap();
+    let h = l
+        .try_acquire(&name, &AcquireOptions::default())
+        .await
+        .unwrap();
     assert!(h.is_some(), "the failed grant was left held");
 }
 
@@ -263,10 +327,15 @@ pub async fn checklist_expires_at_is_storage_clock_plus_lease<S: Storage>(s: S) 
     let slack = Duration::from_millis(5);
     assert!(h.expires_at() + slack >= before + lease && h.expires_at() <= after + lease + slack);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let RenewalResult::Renewed { expires_at } = h.try_renew(Some(Duration::from_secs(40))).await.unwrap() else {
+    let RenewalResult::Renewed { expires_at } =
+        h.try_renew(Some(Duration::from_secs(40))).await.unwrap()
+    else {
         panic!("renewal failed")
     };
-    assert!(expires_at > h.expires_at() - Duration::from_millis(1) && expires_at >= after + Duration::from_secs(39));
+    assert!(
+        expires_at > h.expires_at() - Duration::from_millis(1)
+            && expires_at >= after + Duration::from_secs(39)
+    );
     assert_eq!(h.expires_at(), expires_at);
     assert!(h.expires_at() > SystemTime::now());
 }
@@ -284,7 +353,12 @@ pub async fn checklist_unsafe_storage_is_refused<S: Storage>(s: S) {
         faulty.set_capabilities(Some(caps));
         let r = StorageLock::builder_arc(faulty.clone()).build();
         assert!(matches!(r, Err(LockError::Unsafe { .. })), "{caps:?}");
-        assert!(StorageLock::builder_arc(faulty.clone()).skip_capability_check().build().is_ok());
+        assert!(
+            StorageLock::builder_arc(faulty.clone())
+                .skip_capability_check()
+                .build()
+                .is_ok()
+        );
     }
 }
 
@@ -294,7 +368,10 @@ pub async fn watchdog_keeps_lock_past_several_leases<S: Storage>(s: S) {
     let name = unique_prefix("watchdog");
     let lease = Duration::from_millis(300);
     let h = l
-        .try_acquire(&name, &opts(Wait::None, lease).auto_renew(Duration::from_millis(100)))
+        .try_acquire(
+            &name,
+            &opts(Wait::None, lease).auto_renew(Duration::from_millis(100)),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -302,9 +379,19 @@ pub async fn watchdog_keeps_lock_past_several_leases<S: Storage>(s: S) {
     tokio::time::sleep(lease * 4).await;
     assert!(!h.is_lost());
     assert!(h.expires_at() > first_expiry);
-    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_none());
+    assert!(
+        l.try_acquire(&name, &AcquireOptions::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
     h.release().await.unwrap();
-    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_some());
+    assert!(
+        l.try_acquire(&name, &AcquireOptions::default())
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// With auto-renew and the storage unreachable, the handle turns lost no later than its local
@@ -315,13 +402,18 @@ pub async fn watchdog_outage_turns_handle_lost_by_local_deadline<S: Storage>(s: 
     let name = unique_prefix("outage");
     let lease = Duration::from_millis(400);
     let h = l
-        .try_acquire(&name, &opts(Wait::None, lease).auto_renew(Duration::from_millis(100)))
+        .try_acquire(
+            &name,
+            &opts(Wait::None, lease).auto_renew(Duration::from_millis(100)),
+        )
         .await
         .unwrap()
         .unwrap();
     let cut = Instant::now();
     faulty.set_outage(true);
-    timeout(lease + Duration::from_millis(200), h.lost()).await.expect("lost by the deadline");
+    timeout(lease + Duration::from_millis(200), h.lost())
+        .await
+        .expect("lost by the deadline");
     assert!(cut.elapsed() <= lease + Duration::from_millis(200));
     assert!(h.is_lost());
     faulty.set_outage(false);
@@ -343,18 +435,36 @@ pub async fn reentrant_counts_levels_and_keeps_token<S: Storage>(s: S) {
     let two = l.lock_reentrant(&name, a, &o).await.unwrap().unwrap();
     assert_eq!((one.count, two.count), (1, 2));
     assert_eq!(one.fencing_token, two.fencing_token);
-    assert_eq!(l.fencing_token(&name, a).await.unwrap(), Some(one.fencing_token));
+    assert_eq!(
+        l.fencing_token(&name, a).await.unwrap(),
+        Some(one.fencing_token)
+    );
     assert_eq!(l.fencing_token(&name, b).await.unwrap(), None);
     assert!(l.lock_reentrant(&name, b, &o).await.unwrap().is_none());
-    assert!(l.renew_reentrant(&name, a, Duration::from_secs(10)).await.unwrap().is_some());
-    assert!(l.renew_reentrant(&name, b, Duration::from_secs(10)).await.unwrap().is_none());
+    assert!(
+        l.renew_reentrant(&name, a, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        l.renew_reentrant(&name, b, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(l.unlock_reentrant(&name, a).await.unwrap(), 1);
     assert!(l.lock_reentrant(&name, b, &o).await.unwrap().is_none());
     assert_eq!(l.unlock_reentrant(&name, a).await.unwrap(), 0);
-    assert!(matches!(l.unlock_reentrant(&name, a).await, Err(LockError::NotHeld { .. })));
+    assert!(matches!(
+        l.unlock_reentrant(&name, a).await,
+        Err(LockError::NotHeld { .. })
+    ));
     let other = l.lock_reentrant(&name, b, &o).await.unwrap().unwrap();
     assert_eq!(other.fencing_token, one.fencing_token + 1);
-    let r = l.lock_reentrant(&name, b, &o.clone().auto_renew(Duration::from_secs(1))).await;
+    let r = l
+        .lock_reentrant(&name, b, &o.clone().auto_renew(Duration::from_secs(1)))
+        .await;
     assert!(matches!(r, Err(LockError::InvalidOptions { .. })));
 }
 
@@ -395,7 +505,10 @@ pub async fn cancel_safety_dropped_acquires_leave_no_holder<S: Storage>(s: S) {
     let faulty = Arc::new(FaultyStorage::new(s));
     let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
     let name = unique_prefix("cancelsafety");
-    let o = opts(Wait::For(Duration::from_millis(20)), Duration::from_secs(30));
+    let o = opts(
+        Wait::For(Duration::from_millis(20)),
+        Duration::from_secs(30),
+    );
     let mut acquired = 0;
     for i in 0..2_000u32 {
         let fut = l.try_acquire(&name, &o);
@@ -410,12 +523,18 @@ pub async fn cancel_safety_dropped_acquires_leave_no_holder<S: Storage>(s: S) {
             }
         }
     }
-    assert!(acquired > 0, "no acquisition ever completed; the test exercised nothing");
+    assert!(
+        acquired > 0,
+        "no acquisition ever completed; the test exercised nothing"
+    );
     // Every grant was made with a 30 s lease. A leaked one would keep the lock busy far longer
     // than the 5 s we wait here; abandoned grants are released as soon as they land.
     let start = Instant::now();
     let h = l
-        .try_acquire(&name, &opts(Wait::For(Duration::from_secs(5)), Duration::from_secs(30)))
+        .try_acquire(
+            &name,
+            &opts(Wait::For(Duration::from_secs(5)), Duration::from_secs(30)),
+        )
         .await
         .unwrap();
     assert!(h.is_some(), "a dropped acquisition left the lock held");
@@ -443,10 +562,13 @@ pub async fn handoff_on_release<S: Storage>(s: S) {
     let waiter = {
         let (l, name) = (l.clone(), name.clone());
         tokio::spawn(async move {
-            l.try_acquire(&name, &opts(Wait::For(Duration::from_secs(30)), Duration::from_secs(30)))
-                .await
-                .unwrap()
-                .map(|h| (h.fencing_token(), Instant::now()))
+            l.try_acquire(
+                &name,
+                &opts(Wait::For(Duration::from_secs(30)), Duration::from_secs(30)),
+            )
+            .await
+            .unwrap()
+            .map(|h| (h.fencing_token(), Instant::now()))
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -470,11 +592,18 @@ pub async fn waiter_acquires_when_holder_expires<S: Storage>(s: S) {
     std::mem::forget(h);
     let start = Instant::now();
     let got = l
-        .try_acquire(&name, &opts(Wait::For(Duration::from_secs(10)), Duration::from_secs(30)))
+        .try_acquire(
+            &name,
+            &opts(Wait::For(Duration::from_secs(10)), Duration::from_secs(30)),
+        )
         .await
         .unwrap();
     assert!(got.is_some());
-    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 /// Dropping an unreleased handle releases it in the background.
@@ -483,7 +612,10 @@ pub async fn dropped_handle_releases_in_background<S: Storage>(s: S) {
     let name = unique_prefix("drop");
     drop(hold(&l, &name, Duration::from_secs(60)).await);
     let start = Instant::now();
-    let got = l.try_acquire_for(&name, Duration::from_secs(10)).await.unwrap();
+    let got = l
+        .try_acquire_for(&name, Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(got.is_some());
     assert!(start.elapsed() < Duration::from_secs(3));
 }
@@ -494,7 +626,12 @@ pub async fn events_are_emitted<S: Storage>(s: S) {
     let mut rx = l.subscribe();
     let name = unique_prefix("events");
     let h = hold(&l, &name, Duration::from_secs(30)).await;
-    assert!(l.try_acquire(&name, &AcquireOptions::default()).await.unwrap().is_none());
+    assert!(
+        l.try_acquire(&name, &AcquireOptions::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
     h.try_renew(None).await.unwrap();
     h.release().await.unwrap();
     let short = hold(&l, &name, Duration::from_millis(100)).await;

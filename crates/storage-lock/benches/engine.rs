@@ -12,7 +12,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use storage_lock::{AcquireOptions, DistributedLock, MemoryStorage, SqliteStorage, StorageLock};
 
 fn uncontended(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut g = c.benchmark_group("uncontended_acquire_release");
     let naive = common::NaiveTable::default();
     g.bench_function("naive_mutex_hashmap", |b| {
@@ -35,14 +38,25 @@ fn uncontended(c: &mut Criterion) {
 }
 
 fn sqlite(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut g = c.benchmark_group("sqlite_acquire_release");
     g.measurement_time(Duration::from_secs(5));
     let raw = rt.block_on(common::RawSqlite::open(&dir.path().join("raw.db")));
-    g.bench_function("raw_insert_delete", |b| b.to_async(&rt).iter(|| raw.cycle("bench")));
+    g.bench_function("raw_insert_delete", |b| {
+        b.to_async(&rt).iter(|| raw.cycle("bench"))
+    });
     let locks = rt.block_on(async {
-        StorageLock::new(SqliteStorage::open(dir.path().join("engine.db")).await.unwrap()).unwrap()
+        StorageLock::new(
+            SqliteStorage::open(dir.path().join("engine.db"))
+                .await
+                .unwrap(),
+        )
+        .unwrap()
     });
     let opts = AcquireOptions::default();
     g.bench_function("engine", |b| {

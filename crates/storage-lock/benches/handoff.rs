@@ -21,18 +21,40 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` probes harness-less benches with --list
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let ratio = rt.block_on(uncontended_ratio());
-    println!("| uncontended acquire+release, memory engine vs naive table | {:.0} ns vs {:.0} ns | ratio {:.2}× |", ratio.0, ratio.1, ratio.0 / ratio.1);
+    println!(
+        "| uncontended acquire+release, memory engine vs naive table | {:.0} ns vs {:.0} ns | ratio {:.2}× |",
+        ratio.0,
+        ratio.1,
+        ratio.0 / ratio.1
+    );
     let memory = StorageLock::new(MemoryStorage::new()).unwrap();
     let (p50, p99) = rt.block_on(handoff(&memory, HANDOFFS));
-    println!("| hand-off latency, memory | p50 {:.1} µs | p99 {:.1} µs |", us(p50), us(p99));
+    println!(
+        "| hand-off latency, memory | p50 {:.1} µs | p99 {:.1} µs |",
+        us(p50),
+        us(p99)
+    );
     let dir = tempfile::tempdir().unwrap();
     let sqlite = rt.block_on(async {
-        StorageLock::new(storage_lock::SqliteStorage::open(dir.path().join("h.db")).await.unwrap()).unwrap()
+        StorageLock::new(
+            storage_lock::SqliteStorage::open(dir.path().join("h.db"))
+                .await
+                .unwrap(),
+        )
+        .unwrap()
     });
     let (p50, p99) = rt.block_on(handoff(&sqlite, 300));
-    println!("| hand-off latency, SQLite (backoff) | p50 {:.1} µs | p99 {:.1} µs |", us(p50), us(p99));
+    println!(
+        "| hand-off latency, SQLite (backoff) | p50 {:.1} µs | p99 {:.1} µs |",
+        us(p50),
+        us(p99)
+    );
 }
 
 fn us(d: Duration) -> f64 {

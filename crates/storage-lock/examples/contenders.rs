@@ -14,7 +14,9 @@ use storage_lock::{AcquireOptions, DistributedLock, StorageLock, Wait, connect};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "storage-lock-demo.db".into());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "storage-lock-demo.db".into());
     let url = format!("sqlite://{path}");
     println!("storage: {url}");
     let start = Instant::now();
@@ -37,7 +39,10 @@ async fn contender(
         .note(format!("contender {who}"));
     for round in 1..=3 {
         let Some(handle) = locks.try_acquire("demo", &opts).await? else {
-            println!("{:>6.3}s {who}: gave up waiting", start.elapsed().as_secs_f64());
+            println!(
+                "{:>6.3}s {who}: gave up waiting",
+                start.elapsed().as_secs_f64()
+            );
             continue;
         };
         println!(

@@ -47,9 +47,15 @@ struct Scheme {
 
 /// The registry: add a backend with one line.
 const SCHEMES: &[Scheme] = &[
-    Scheme { name: "memory", open: open_memory },
+    Scheme {
+        name: "memory",
+        open: open_memory,
+    },
     #[cfg(feature = "sqlite")]
-    Scheme { name: "sqlite", open: open_sqlite },
+    Scheme {
+        name: "sqlite",
+        open: open_sqlite,
+    },
 ];
 
 /// The URL schemes this build can open.

@@ -5,10 +5,16 @@ use storage_lock::{ConnectError, DistributedLock, connect};
 #[tokio::test]
 async fn memory_and_sqlite_urls_open() {
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = format!("sqlite://{}?table=my_locks", dir.path().join("l.db").display());
+    let sqlite = format!(
+        "sqlite://{}?table=my_locks",
+        dir.path().join("l.db").display()
+    );
     for url in ["memory:", sqlite.as_str()] {
         let locks = connect(url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
-        let h = locks.try_acquire_for("x", std::time::Duration::ZERO).await.unwrap();
+        let h = locks
+            .try_acquire_for("x", std::time::Duration::ZERO)
+            .await
+            .unwrap();
         assert!(h.is_some(), "{url}");
     }
     assert!(connect("memory:").await.unwrap().provider().process_local);

@@ -225,7 +225,10 @@ impl LockHandle {
     /// changing state. Errors only for an invalid `lease` (zero, or too long to represent).
     pub async fn try_renew(&self, lease: Option<Duration>) -> Result<RenewalResult, LockError> {
         if lease.is_some_and(|l| l.is_zero()) {
-            return Err(LockError::invalid_option("lease", "must be greater than zero"));
+            return Err(LockError::invalid_option(
+                "lease",
+                "must be greater than zero",
+            ));
         }
         let lease = lease.unwrap_or(self.shared.lease);
         local_deadline(Instant::now(), lease)?;

@@ -30,7 +30,11 @@ pub trait DistributedLock: Send + Sync {
 
     /// [`DistributedLock::try_acquire`] with the default lease (30 s, no auto-renew) and the given
     /// wait. Work that may outlast 30 s must use the options form with `auto_renew`.
-    async fn try_acquire_for(&self, name: &str, wait: Duration) -> Result<Option<LockHandle>, LockError> {
+    async fn try_acquire_for(
+        &self,
+        name: &str,
+        wait: Duration,
+    ) -> Result<Option<LockHandle>, LockError> {
         self.try_acquire(name, &AcquireOptions::default().wait(Wait::For(wait)))
             .await
     }

@@ -13,7 +13,10 @@ pub const MAX_NAME_LEN: usize = 255;
 /// control characters (they are reserved for internal keys).
 pub fn validate_name(name: &str) -> Result<(), LockError> {
     if name.trim().is_empty() {
-        return Err(LockError::invalid_name(name, "must not be empty or whitespace"));
+        return Err(LockError::invalid_name(
+            name,
+            "must not be empty or whitespace",
+        ));
     }
     if name.len() > MAX_NAME_LEN {
         return Err(LockError::invalid_name(

@@ -91,7 +91,10 @@ impl AcquireOptions {
     /// Checks the options: `lease > 0` and, if set, `0 < auto_renew < lease`.
     pub fn validate(&self) -> Result<(), LockError> {
         if self.lease.is_zero() {
-            return Err(LockError::invalid_option("lease", "must be greater than zero"));
+            return Err(LockError::invalid_option(
+                "lease",
+                "must be greater than zero",
+            ));
         }
         if let Some(every) = self.auto_renew {
             if every.is_zero() {
@@ -103,7 +106,10 @@ impl AcquireOptions {
             if every >= self.lease {
                 return Err(LockError::invalid_option(
                     "auto_renew",
-                    format!("{every:?} must be shorter than the lease ({:?})", self.lease),
+                    format!(
+                        "{every:?} must be shorter than the lease ({:?})",
+                        self.lease
+                    ),
                 ));
             }
         }

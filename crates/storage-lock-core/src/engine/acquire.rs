@@ -14,10 +14,10 @@
 //!
 //! **Cancel safety.** Dropping a future does not stop a request that already left: a database
 //! may apply an `INSERT` after the client gave up on it. So the storage call runs *detached*
-//! ([`detached`]): it is polled once inline (an in-memory storage answers right there, at no
+//! (`detached`): it is polled once inline (an in-memory storage answers right there, at no
 //! cost), and if it is still pending it moves to its own task. If the acquirer is gone when the
 //! answer arrives, that task releases the grant itself — strictly *after* the grant, never racing
-//! it. Failures after a grant (see [`StorageLock::acquire_handle`]) release the same way.
+//! it. Failures after a grant (building the handle) release the same way.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,10 +29,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::StorageLock;
 use super::events::LockEventKind;
 use super::hold::EngineHold;
 use super::telemetry::{self, Finish};
-use super::StorageLock;
 use crate::contract::{AcquireOptions, Grant, LockError, LockHandle, Wait};
 use crate::storage::{
     AcquireOutcome, AcquireRequest, ChangeWait, HolderInfo, OwnerId, Storage, StorageError,
@@ -88,7 +88,11 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 .and_then(|expires_at| {
                     let grant = Grant {
                         // The default normalizer maps a name to itself: share the allocation.
-                        name: if *key == *name { key.clone() } else { name.into() },
+                        name: if *key == *name {
+                            key.clone()
+                        } else {
+                            name.into()
+                        },
                         key: key.clone(),
                         fencing: granted.fencing,
                         lease: options.lease,
@@ -181,7 +185,11 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             } else {
                 ChangeWait::unsupported()
             };
-            let sent_at = if attempt == 0 { started } else { Instant::now() };
+            let sent_at = if attempt == 0 {
+                started
+            } else {
+                Instant::now()
+            };
             let outcome = match self.try_acquire_detached(key, req).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
@@ -290,14 +298,15 @@ where
     if let Poll::Ready(v) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
         return v;
     }
-    let abandoned: Abandon<T> = Arc::new(Mutex::new(Some(Box::new(move |v| Box::pin(abandoned(v))))));
+    let abandoned: Abandon<T> =
+        Arc::new(Mutex::new(Some(Box::new(move |v| Box::pin(abandoned(v))))));
     let (tx, rx) = oneshot::channel();
     let on_abandon = abandoned.clone();
     tokio::spawn(async move {
-        if let Err(unclaimed) = tx.send(fut.await) {
-            if let Some(action) = take(&on_abandon) {
-                action(unclaimed).await;
-            }
+        if let Err(unclaimed) = tx.send(fut.await)
+            && let Some(action) = take(&on_abandon)
+        {
+            action(unclaimed).await;
         }
     });
     let mut claim = Claim {
@@ -337,7 +346,8 @@ impl<T> Drop for Claim<T> {
         };
         rx.close();
         if let Ok(unclaimed) = rx.try_recv()
-            && let (Some(action), Ok(rt)) = (take(&self.abandoned), tokio::runtime::Handle::try_current())
+            && let (Some(action), Ok(rt)) =
+                (take(&self.abandoned), tokio::runtime::Handle::try_current())
         {
             rt.spawn(action(unclaimed));
         }

@@ -53,7 +53,11 @@ impl<S: Storage + ?Sized> EngineHold<S> {
 #[async_trait]
 impl<S: Storage + ?Sized> HoldBackend for EngineHold<S> {
     async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
-        let outcome = self.storage.as_ref().renew(&self.key, self.owner, lease).await;
+        let outcome = self
+            .storage
+            .as_ref()
+            .renew(&self.key, self.owner, lease)
+            .await;
         let kind = match outcome {
             Ok(RenewOutcome::Renewed { .. }) => LockEventKind::Renewed,
             _ => LockEventKind::RenewFailed,

@@ -87,14 +87,20 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             });
         }
         let key = self.key_for(name)?;
-        Ok(match self.storage.as_ref().renew(&key, owner, lease).await? {
-            RenewOutcome::Renewed { expires_at } => expires_at.to_system_time(),
-            RenewOutcome::NotHeld => None,
-        })
+        Ok(
+            match self.storage.as_ref().renew(&key, owner, lease).await? {
+                RenewOutcome::Renewed { expires_at } => expires_at.to_system_time(),
+                RenewOutcome::NotHeld => None,
+            },
+        )
     }
 
     /// The fencing token of `owner`'s live hold of `name`, if it has one.
-    pub async fn fencing_token(&self, name: &str, owner: OwnerId) -> Result<Option<u64>, LockError> {
+    pub async fn fencing_token(
+        &self,
+        name: &str,
+        owner: OwnerId,
+    ) -> Result<Option<u64>, LockError> {
         let key = self.key_for(name)?;
         let now = self.storage.as_ref().now().await?;
         Ok(self

@@ -28,16 +28,19 @@ pub(crate) fn acquire_finished(result: Finish, took: Duration) {
     match result {
         Finish::Acquired => {
             metrics::counter!("storage_lock_acquire_total", "result" => "acquired").increment(1);
-            metrics::histogram!("storage_lock_acquire_seconds", "result" => "acquired").record(secs);
+            metrics::histogram!("storage_lock_acquire_seconds", "result" => "acquired")
+                .record(secs);
             metrics::gauge!("storage_lock_held").increment(1.0);
         }
         Finish::TimedOut => {
             metrics::counter!("storage_lock_acquire_total", "result" => "timed_out").increment(1);
-            metrics::histogram!("storage_lock_acquire_seconds", "result" => "timed_out").record(secs);
+            metrics::histogram!("storage_lock_acquire_seconds", "result" => "timed_out")
+                .record(secs);
         }
         Finish::Cancelled => {
             metrics::counter!("storage_lock_acquire_total", "result" => "cancelled").increment(1);
-            metrics::histogram!("storage_lock_acquire_seconds", "result" => "cancelled").record(secs);
+            metrics::histogram!("storage_lock_acquire_seconds", "result" => "cancelled")
+                .record(secs);
         }
         Finish::Error => {
             metrics::counter!("storage_lock_acquire_total", "result" => "error").increment(1);

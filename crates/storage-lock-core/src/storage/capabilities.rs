@@ -34,8 +34,8 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// Capabilities of a storage that offers only linearizable CAS and a server clock; switch the
-    /// rest on with struct update syntax is impossible outside this crate, so use the setters.
+    /// Linearizable CAS and a server clock, nothing else; add the rest with the `with_*` setters
+    /// (the struct is `#[non_exhaustive]`, so other crates cannot build it literally).
     pub const fn linearizable() -> Self {
         Self {
             linearizable_cas: true,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use super::{
-    AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, ReleaseOutcome,
-    RenewOutcome, Storage, StorageError, Stored, SweepReport, Timestamp,
+    AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, ReleaseOutcome, RenewOutcome,
+    Storage, StorageError, Stored, SweepReport, Timestamp,
 };
 
 pub(super) async fn try_acquire<S: Storage + ?Sized>(
@@ -30,7 +30,10 @@ pub(super) async fn try_acquire<S: Storage + ?Sized>(
             AcquireDecision::Reenter { count, expires_at } => LockRecord {
                 count,
                 expires_at,
-                ..current.as_ref().map(|c| c.record.clone()).expect("reentry needs a record")
+                ..current
+                    .as_ref()
+                    .map(|c| c.record.clone())
+                    .expect("reentry needs a record")
             },
         };
         match write(s, key, current.as_ref(), &record).await {

@@ -29,9 +29,7 @@ pub use capabilities::{Capabilities, TimeSource};
 pub use change::ChangeWait;
 pub use error::StorageError;
 pub use ops::{AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, SweepReport};
-pub use record::{
-    HolderInfo, LockRecord, OwnerId, Page, PageRequest, Stored, Timestamp, Version,
-};
+pub use record::{HolderInfo, LockRecord, OwnerId, Page, PageRequest, Stored, Timestamp, Version};
 
 /// A linearizable store of [`LockRecord`]s keyed by string.
 ///

@@ -59,13 +59,14 @@ impl RawSqlite {
 
     pub async fn cycle(&self, key: &str) {
         let owner = [7u8; 16];
-        let r = sqlx::query("INSERT OR IGNORE INTO raw_lock (k, owner, expires) VALUES (?1, ?2, ?3)")
-            .bind(key)
-            .bind(&owner[..])
-            .bind(0i64)
-            .execute(&self.pool)
-            .await
-            .unwrap();
+        let r =
+            sqlx::query("INSERT OR IGNORE INTO raw_lock (k, owner, expires) VALUES (?1, ?2, ?3)")
+                .bind(key)
+                .bind(&owner[..])
+                .bind(0i64)
+                .execute(&self.pool)
+                .await
+                .unwrap();
         assert_eq!(r.rows_affected(), 1);
         sqlx::query("DELETE FROM raw_lock WHERE k = ?1 AND owner = ?2")
             .bind(key)
