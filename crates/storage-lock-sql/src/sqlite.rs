@@ -131,22 +131,55 @@ impl SqliteStorageBuilder {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(self.busy_timeout);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(self.max_connections)
-            .connect_with(options)
-            .await
-            .map_err(|e| StorageError::backend(NAME, "open", format!("{}: {e}", path.display())))?;
         let sql = Statements::new(&self.table);
-        query(&sql.create_table)
-            .execute(&pool)
-            .await
-            .map_err(err("create table"))?;
+        // Several processes opening a fresh file at once race to switch it to WAL; SQLite
+        // reports SQLITE_BUSY for that without consulting the busy timeout, so retry here.
+        let started = std::time::Instant::now();
+        let pool = loop {
+            match connect(&options, self.max_connections, &sql.create_table).await {
+                Ok(pool) => break pool,
+                Err(e) if is_busy(&e) && started.elapsed() < self.busy_timeout => {
+                    tokio::time::sleep(Duration::from_millis(
+                        5 + u64::from(std::process::id() % 20),
+                    ))
+                    .await;
+                }
+                Err(e) => {
+                    return Err(StorageError::backend(
+                        NAME,
+                        "open",
+                        format!("{}: {e}", path.display()),
+                    ));
+                }
+            }
+        };
         Ok(SqliteStorage {
             pool,
             sql: Arc::new(sql),
             clock: self.clock,
         })
     }
+}
+
+async fn connect(
+    options: &SqliteConnectOptions,
+    max_connections: u32,
+    create_table: &str,
+) -> Result<SqlitePool, sqlx::Error> {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(max_connections)
+        .connect_with(options.clone())
+        .await?;
+    query(create_table).execute(&pool).await?;
+    Ok(pool)
+}
+
+/// SQLITE_BUSY (5) or one of its extended codes (`5 + 256·n`).
+fn is_busy(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .and_then(|c| c.parse::<u32>().ok())
+        .is_some_and(|c| c & 0xff == 5)
 }
 
 impl SqliteStorage {
