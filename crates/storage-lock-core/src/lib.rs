@@ -53,5 +53,5 @@ pub use memory::MemoryStorage;
 pub use storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, HolderInfo, LockRecord, OwnerId,
     Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, SweepReport,
-    TimeSource, Timestamp, Version,
+    TimeSource, Timestamp, Version, Waiters,
 };

@@ -2,7 +2,8 @@
 //!
 //! | feature | backend | exclusion across | one round trip per lock op | notifications |
 //! |---|---|---|---|---|
-//! | `sqlite` (default) | [`SqliteStorage`] | processes on one host | yes (one statement) | no: jittered backoff |
+//! | `sqlite` (default) | `SqliteStorage` | processes on one host | yes (one statement) | no: jittered backoff |
+//! | `postgres` | `PostgresStorage` | hosts sharing one primary | yes (one statement, server clock) | `LISTEN/NOTIFY` |
 //!
 //! Every backend keeps one row per lock key in a table it creates idempotently
 //! (default name `storage_lock`), with structured columns: owner (16 bytes), reentrancy count,
@@ -13,9 +14,14 @@
 //! compare-and-set contract on a random 64-bit row version.
 
 mod naming;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+mod row;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
 pub use naming::{DEFAULT_TABLE, InvalidTableName, validate_table_name};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresStorage, PostgresStorageBuilder};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStorage, SqliteStorageBuilder};

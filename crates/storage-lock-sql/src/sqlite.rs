@@ -16,21 +16,22 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Clock, HolderInfo, LockRecord, OwnerId, Page,
-    PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, SystemClock,
-    Timestamp, Version,
+    AcquireOutcome, AcquireRequest, Capabilities, Clock, LockRecord, OwnerId, Page, PageRequest,
+    ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, SystemClock, Timestamp, Version,
 };
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
+use crate::row::{
+    COLUMNS, corrupt, decode, holder_params, lease_millis, millis, page_of, timestamp as ts,
+    version_param,
+};
 
 const NAME: &str = "sqlite";
-const COLUMNS: &str = "lock_key, version, owner, count, fencing, acquired_at, expires_at, holder_host, holder_pid, holder_note";
 
 /// Locks in a SQLite database file; see the [module docs](self).
 #[derive(Debug, Clone)]
@@ -281,67 +282,6 @@ fn err(operation: &'static str) -> impl Fn(sqlx::Error) -> StorageError {
     move |e| StorageError::backend(NAME, operation, e)
 }
 
-fn millis(t: Timestamp) -> i64 {
-    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn ts(v: i64) -> Timestamp {
-    Timestamp::from_millis(u64::try_from(v).unwrap_or(0))
-}
-
-fn corrupt(key: &str, reason: impl std::fmt::Display) -> StorageError {
-    StorageError::Corrupt {
-        key: key.to_owned(),
-        reason: reason.to_string(),
-    }
-}
-
-fn decode(key: &str, row: &SqliteRow) -> Result<Stored, StorageError> {
-    let get_i64 = |col: &str| row.try_get::<i64, _>(col).map_err(|e| corrupt(key, e));
-    let owner: Vec<u8> = row.try_get("owner").map_err(|e| corrupt(key, e))?;
-    let host: Option<String> = row.try_get("holder_host").map_err(|e| corrupt(key, e))?;
-    let holder = match host {
-        Some(host) => Some(Arc::new(HolderInfo {
-            host,
-            pid: u32::try_from(
-                row.try_get::<Option<i64>, _>("holder_pid")
-                    .map_err(|e| corrupt(key, e))?
-                    .unwrap_or(0),
-            )
-            .unwrap_or(0),
-            note: row.try_get("holder_note").map_err(|e| corrupt(key, e))?,
-        })),
-        None => None,
-    };
-    Ok(Stored {
-        record: LockRecord {
-            owner: OwnerId::from_bytes(&owner)
-                .ok_or_else(|| corrupt(key, "owner is not 16 bytes"))?,
-            count: u32::try_from(get_i64("count")?).map_err(|e| corrupt(key, e))?,
-            fencing: u64::try_from(get_i64("fencing")?).map_err(|e| corrupt(key, e))?,
-            acquired_at: ts(get_i64("acquired_at")?),
-            expires_at: ts(get_i64("expires_at")?),
-            holder,
-        },
-        version: Version::from_u64(get_i64("version")? as u64),
-    })
-}
-
-fn version_param(v: &Version) -> Option<i64> {
-    v.as_u64().map(|n| n as i64)
-}
-
-fn holder_params(h: Option<&HolderInfo>) -> (Option<&str>, Option<i64>, Option<&str>) {
-    match h {
-        Some(h) => (
-            Some(h.host.as_str()),
-            Some(i64::from(h.pid)),
-            h.note.as_deref(),
-        ),
-        None => (None, None, None),
-    }
-}
-
 #[async_trait]
 impl Storage for SqliteStorage {
     fn name(&self) -> &str {
@@ -444,7 +384,7 @@ impl Storage for SqliteStorage {
             .fetch_all(&self.pool)
             .await
             .map_err(err("list"))?;
-        let mut entries = rows
+        let entries = rows
             .iter()
             .map(|r| {
                 let key: String = r.try_get("lock_key").map_err(|e| corrupt("?", e))?;
@@ -452,9 +392,7 @@ impl Storage for SqliteStorage {
                 Ok((key, stored))
             })
             .collect::<Result<Vec<_>, StorageError>>()?;
-        let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
-        entries.truncate(limit);
-        Ok(Page { entries, next })
+        Ok(page_of(entries, limit))
     }
 
     async fn try_acquire(
@@ -469,7 +407,7 @@ impl Storage for SqliteStorage {
                 .bind(key)
                 .bind(&req.owner.to_bytes()[..])
                 .bind(millis(now))
-                .bind(millis(now.saturating_add(req.lease)))
+                .bind(millis(now).saturating_add(lease_millis(req.lease)))
                 .bind(host)
                 .bind(pid)
                 .bind(note)
@@ -509,7 +447,7 @@ impl Storage for SqliteStorage {
             .bind(key)
             .bind(&owner.to_bytes()[..])
             .bind(millis(now))
-            .bind(millis(now.saturating_add(lease)))
+            .bind(millis(now).saturating_add(lease_millis(lease)))
             .fetch_optional(&self.pool)
             .await
             .map_err(err("renew"))?;

@@ -1,8 +1,12 @@
 //! Change notifications for waiters.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Mutex;
+
+use tokio::sync::watch;
 
 /// A notification armed by [`crate::Storage::wait_for_change`].
 ///
@@ -46,5 +50,55 @@ impl fmt::Debug for ChangeWait {
                 "unsupported"
             })
             .finish()
+    }
+}
+
+/// The waiters of one storage, by key: the helper behind notifying backends.
+///
+/// A backend's listener (PostgreSQL `LISTEN`, Redis `SUBSCRIBE`, a watch) calls
+/// [`Waiters::wake`] with the key a release named, or [`Waiters::wake_all`] after
+/// (re)connecting, when notifications may have been missed. [`Waiters::arm`] is what its
+/// [`crate::Storage::wait_for_change`] returns.
+#[derive(Debug, Default)]
+pub struct Waiters {
+    keys: Mutex<HashMap<String, watch::Sender<()>>>,
+}
+
+impl Waiters {
+    /// A notification for the next change of `key`.
+    pub fn arm(&self, key: &str) -> ChangeWait {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rx = match keys.get(key) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = watch::channel(());
+                keys.insert(key.to_owned(), tx);
+                rx
+            }
+        };
+        rx.mark_unchanged();
+        ChangeWait::new(async move {
+            let _ = rx.changed().await;
+        })
+    }
+
+    /// Wakes the waiters of `key` and forgets the key if nobody waits any more.
+    pub fn wake(&self, key: &str) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = keys.get(key) {
+            tx.send_replace(());
+            if tx.receiver_count() == 0 {
+                keys.remove(key);
+            }
+        }
+    }
+
+    /// Wakes every waiter (they re-check the storage) and drops keys nobody waits for.
+    pub fn wake_all(&self) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.retain(|_, tx| {
+            tx.send_replace(());
+            tx.receiver_count() > 0
+        });
     }
 }

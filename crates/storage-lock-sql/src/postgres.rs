@@ -1,0 +1,591 @@
+//! [`PostgresStorage`]: locks in a PostgreSQL table, judged by the server's clock.
+//!
+//! * `try_acquire`, `renew` and `release` are each **one statement** (one round trip): an
+//!   `INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING` inside a CTE that also reports the
+//!   holder when busy; `UPDATE … RETURNING`. "Now" is `statement_timestamp()` on the server.
+//! * Release sends `pg_notify(channel, key)` in the same statement; each storage keeps **one**
+//!   `LISTEN` connection, multiplexed over all waiting keys and re-established after a
+//!   connection loss (waiters are woken to re-check then). Waiters also back off to the holder's
+//!   expiry, so a lost notification costs latency, never correctness.
+//! * Linearizable on a single primary. Not across asynchronous-replica failover: a replica
+//!   promoted before it received the last commits can grant a lock that was held.
+//! * Versions come from a sequence (`<table>_version`), so a CAS never confuses a recreated row
+//!   with an old one.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use sqlx::{Row, query};
+use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
+    PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, Timestamp, Version,
+    Waiters,
+};
+use tokio::sync::watch;
+
+use crate::naming::{DEFAULT_TABLE, validate_table_name};
+use crate::row::{
+    COLUMNS, corrupt, decode, holder_params, lease_millis, page_of, timestamp, version_param,
+};
+
+const NAME: &str = "postgres";
+/// The server clock in milliseconds, fixed for the whole statement.
+const NOW: &str = "floor(extract(epoch from statement_timestamp()) * 1000)::bigint";
+
+/// Locks in PostgreSQL; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct PostgresStorage {
+    pool: PgPool,
+    sql: Arc<Statements>,
+    listener: Arc<Listener>,
+}
+
+/// Configures and opens a [`PostgresStorage`].
+#[derive(Debug, Clone)]
+pub struct PostgresStorageBuilder {
+    url: Option<String>,
+    schema: Option<String>,
+    table: String,
+    max_connections: u32,
+    acquire_timeout: Duration,
+}
+
+impl Default for PostgresStorageBuilder {
+    fn default() -> Self {
+        Self {
+            url: None,
+            schema: None,
+            table: DEFAULT_TABLE.to_owned(),
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PostgresStorageBuilder {
+    /// A builder with defaults: table `storage_lock` in the search path, 16 connections.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder from `STORAGE_LOCK_POSTGRES_URL`, `STORAGE_LOCK_POSTGRES_SCHEMA` and
+    /// `STORAGE_LOCK_POSTGRES_TABLE` (each optional).
+    pub fn from_env() -> Self {
+        let mut b = Self::default();
+        b.url = std::env::var("STORAGE_LOCK_POSTGRES_URL").ok();
+        b.schema = std::env::var("STORAGE_LOCK_POSTGRES_SCHEMA").ok();
+        if let Ok(t) = std::env::var("STORAGE_LOCK_POSTGRES_TABLE") {
+            b.table = t;
+        }
+        b
+    }
+
+    /// The connection URL (`postgres://user@host:port/db`).
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The schema holding the table (created if missing); default: the search path.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The table name (a plain identifier).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Pool size (the notification listener uses one more connection).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long an operation waits for a pooled connection (bounded so that an unreachable
+    /// server surfaces as an error well before typical leases end).
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Connects and creates the schema, table and version sequence if needed.
+    pub async fn open(self) -> Result<PostgresStorage, StorageError> {
+        let url = self
+            .url
+            .ok_or_else(|| StorageError::backend(NAME, "open", "no connection URL configured"))?;
+        validate_table_name(&self.table).map_err(|e| StorageError::backend(NAME, "open", e))?;
+        if let Some(schema) = &self.schema {
+            validate_table_name(schema).map_err(|e| StorageError::backend(NAME, "open", e))?;
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.acquire_timeout)
+            .connect(&url)
+            .await
+            .map_err(err("open"))?;
+        let sql = Statements::new(self.schema.as_deref(), &self.table);
+        // Serialize concurrent schema creation (CREATE … IF NOT EXISTS races in PostgreSQL).
+        let mut tx = pool.begin().await.map_err(err("create table"))?;
+        query("SELECT pg_advisory_xact_lock(7262817271)")
+            .execute(&mut *tx)
+            .await
+            .map_err(err("create table"))?;
+        for ddl in &sql.ddl {
+            query(ddl)
+                .execute(&mut *tx)
+                .await
+                .map_err(err("create table"))?;
+        }
+        tx.commit().await.map_err(err("create table"))?;
+        let listener = Listener::new(pool.clone(), sql.channel.clone());
+        Ok(PostgresStorage {
+            pool,
+            sql: Arc::new(sql),
+            listener,
+        })
+    }
+}
+
+impl PostgresStorage {
+    /// Connects to `url` with default settings.
+    pub async fn connect(url: &str) -> Result<Self, StorageError> {
+        PostgresStorageBuilder::new().url(url).open().await
+    }
+
+    /// A builder.
+    pub fn builder() -> PostgresStorageBuilder {
+        PostgresStorageBuilder::new()
+    }
+}
+
+#[derive(Debug)]
+struct Statements {
+    ddl: Vec<String>,
+    channel: String,
+    now: String,
+    get: String,
+    create: String,
+    update: String,
+    delete: String,
+    list: String,
+    acquire: String,
+    renew: String,
+    release: String,
+}
+
+impl Statements {
+    fn new(schema: Option<&str>, table: &str) -> Self {
+        let t = match schema {
+            Some(s) => format!("{s}.{table}"),
+            None => table.to_owned(),
+        };
+        let seq = format!("{t}_version");
+        let next = format!("nextval('{seq}')");
+        let live = format!("(cur.count > 0 AND cur.expires_at > {NOW})");
+        let mut ddl = Vec::new();
+        if let Some(s) = schema {
+            ddl.push(format!("CREATE SCHEMA IF NOT EXISTS {s}"));
+        }
+        ddl.push(format!("CREATE SEQUENCE IF NOT EXISTS {seq}"));
+        ddl.push(format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                lock_key TEXT COLLATE \"C\" PRIMARY KEY,
+                version BIGINT NOT NULL,
+                owner BYTEA NOT NULL,
+                count BIGINT NOT NULL,
+                fencing BIGINT NOT NULL,
+                acquired_at BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL,
+                holder_host TEXT,
+                holder_pid BIGINT,
+                holder_note TEXT
+            )"
+        ));
+        Self {
+            ddl,
+            channel: format!("storage_lock_{table}"),
+            now: format!("SELECT {NOW}"),
+            get: format!("SELECT {COLUMNS} FROM {t} WHERE lock_key = $1"),
+            create: format!(
+                "INSERT INTO {t} ({COLUMNS}) VALUES ($1, {next}, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (lock_key) DO NOTHING RETURNING version"
+            ),
+            update: format!(
+                "UPDATE {t} SET version = {next}, owner = $3, count = $4, fencing = $5,
+                    acquired_at = $6, expires_at = $7, holder_host = $8, holder_pid = $9, holder_note = $10
+                 WHERE lock_key = $1 AND version = $2 RETURNING version"
+            ),
+            delete: format!("DELETE FROM {t} WHERE lock_key = $1 AND version = $2"),
+            list: format!(
+                "SELECT {COLUMNS} FROM {t}
+                 WHERE starts_with(lock_key, $1) AND lock_key > $2
+                 ORDER BY lock_key LIMIT $3"
+            ),
+            // $1 key, $2 owner, $3 lease ms, $4 host, $5 pid, $6 note, $7 reentrant, $8 floor key.
+            // The busy branch reads the statement's snapshot: the record as the upsert found it.
+            acquire: format!(
+                "WITH ins AS (
+                    INSERT INTO {t} AS cur ({COLUMNS}) VALUES ($1, {next}, $2, 1,
+                        COALESCE((SELECT fencing FROM {t} WHERE lock_key = $8), 0) + 1,
+                        {NOW}, {NOW} + $3, $4, $5, $6)
+                    ON CONFLICT (lock_key) DO UPDATE SET
+                        version = {next},
+                        count = CASE WHEN {live} THEN cur.count + 1 ELSE 1 END,
+                        fencing = CASE WHEN {live} THEN cur.fencing ELSE cur.fencing + 1 END,
+                        acquired_at = CASE WHEN {live} THEN cur.acquired_at ELSE EXCLUDED.acquired_at END,
+                        expires_at = CASE WHEN {live} THEN GREATEST(cur.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
+                        holder_host = CASE WHEN {live} THEN cur.holder_host ELSE EXCLUDED.holder_host END,
+                        holder_pid = CASE WHEN {live} THEN cur.holder_pid ELSE EXCLUDED.holder_pid END,
+                        holder_note = CASE WHEN {live} THEN cur.holder_note ELSE EXCLUDED.holder_note END,
+                        owner = EXCLUDED.owner
+                    WHERE NOT {live} OR ($7 AND cur.owner = EXCLUDED.owner)
+                    RETURNING fencing, count, expires_at
+                 )
+                 SELECT true AS acquired, fencing, count, expires_at,
+                        NULL::text AS holder_host, NULL::bigint AS holder_pid, NULL::text AS holder_note,
+                        {NOW} AS now_ms
+                   FROM ins
+                 UNION ALL
+                 SELECT false, fencing, count, expires_at, holder_host, holder_pid, holder_note, {NOW}
+                   FROM {t} WHERE lock_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)"
+            ),
+            renew: format!(
+                "UPDATE {t} SET version = {next}, expires_at = {NOW} + $3
+                 WHERE lock_key = $1 AND owner = $2 AND count > 0 AND expires_at > {NOW}
+                 RETURNING expires_at"
+            ),
+            // $3 = the notification channel; waiters hear of a key only when it becomes free.
+            release: format!(
+                "WITH upd AS (
+                    UPDATE {t} SET version = {next}, count = count - 1,
+                        expires_at = CASE WHEN count = 1 THEN LEAST(expires_at, {NOW}) ELSE expires_at END
+                    WHERE lock_key = $1 AND owner = $2 AND count > 0
+                    RETURNING count
+                 )
+                 SELECT count, CASE WHEN count = 0 THEN (SELECT 1 FROM pg_notify($3, $1)) ELSE 0 END AS notified
+                   FROM upd"
+            ),
+        }
+    }
+}
+
+fn err(operation: &'static str) -> impl Fn(sqlx::Error) -> StorageError {
+    move |e| StorageError::backend(NAME, operation, e)
+}
+
+/// The one `LISTEN` connection of a storage, started by the first waiter.
+#[derive(Debug)]
+struct Listener {
+    pool: PgPool,
+    channel: String,
+    waiters: Waiters,
+    /// `true` while the connection is listening.
+    ready: watch::Sender<bool>,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Listener {
+    fn new(pool: PgPool, channel: String) -> Arc<Self> {
+        Arc::new(Self {
+            pool,
+            channel,
+            waiters: Waiters::default(),
+            ready: watch::channel(false).0,
+            task: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Starts the listener task once; waits (briefly) until it listens, so that a waiter armed
+    /// afterwards cannot miss a release. Returns whether it is listening.
+    async fn ensure_listening(self: &Arc<Self>) -> bool {
+        {
+            let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+            if task.is_none() {
+                *task = Some(tokio::spawn(listen(Arc::downgrade(self))));
+            }
+        }
+        let mut ready = self.ready.subscribe();
+        tokio::time::timeout(Duration::from_secs(1), ready.wait_for(|r| *r))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Listens until the storage is dropped, reconnecting with backoff after failures.
+async fn listen(me: Weak<Listener>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let Some(this) = me.upgrade() else { return };
+        let connected = async {
+            let mut l = PgListener::connect_with(&this.pool).await?;
+            l.listen(&this.channel).await?;
+            Ok::<_, sqlx::Error>(l)
+        }
+        .await;
+        let mut conn = match connected {
+            Ok(conn) => conn,
+            Err(e) => {
+                drop(this);
+                tracing::warn!(error = %e, "postgres LISTEN connection failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        this.ready.send_replace(true);
+        this.waiters.wake_all(); // anything missed while disconnected
+        drop(this);
+        loop {
+            let next = conn.try_recv().await;
+            let Some(this) = me.upgrade() else { return };
+            match next {
+                Ok(Some(n)) => this.waiters.wake(n.payload()),
+                // The connection dropped; sqlx reconnects on the next call. Re-check everything.
+                Ok(None) => this.waiters.wake_all(),
+                Err(_) => {
+                    this.ready.send_replace(false);
+                    this.waiters.wake_all();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Storage for PostgresStorage {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::linearizable()
+            .with_conditional_delete(true)
+            .with_one_round_trip_ops(true)
+            .with_change_notifications(true)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        let ms: i64 = query(&self.sql.now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err("now"))?
+            .get(0);
+        Ok(timestamp(ms))
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        let row = query(&self.sql.get)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("get"))?;
+        row.map(|r| decode(key, &r)).transpose()
+    }
+
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let (host, pid, note) = holder_params(record.holder.as_deref());
+        let row = query(&self.sql.create)
+            .bind(key)
+            .bind(&record.owner.to_bytes()[..])
+            .bind(i64::from(record.count))
+            .bind(record.fencing as i64)
+            .bind(crate::row::millis(record.acquired_at))
+            .bind(crate::row::millis(record.expires_at))
+            .bind(host)
+            .bind(pid)
+            .bind(note)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("create"))?;
+        match row {
+            Some(r) => Ok(Version::from_u64(r.get::<i64, _>(0) as u64)),
+            None => Err(StorageError::AlreadyExists {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let (host, pid, note) = holder_params(record.holder.as_deref());
+        let row = query(&self.sql.update)
+            .bind(key)
+            .bind(version_param(expected))
+            .bind(&record.owner.to_bytes()[..])
+            .bind(i64::from(record.count))
+            .bind(record.fencing as i64)
+            .bind(crate::row::millis(record.acquired_at))
+            .bind(crate::row::millis(record.expires_at))
+            .bind(host)
+            .bind(pid)
+            .bind(note)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("update"))?;
+        match row {
+            Some(r) => Ok(Version::from_u64(r.get::<i64, _>(0) as u64)),
+            None => Err(StorageError::Conflict {
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let done = query(&self.sql.delete)
+            .bind(key)
+            .bind(version_param(expected))
+            .execute(&self.pool)
+            .await
+            .map_err(err("delete"))?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(StorageError::Conflict {
+                key: key.to_owned(),
+            })
+        }
+    }
+
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let limit = page.effective_limit();
+        let rows = query(&self.sql.list)
+            .bind(prefix)
+            .bind(page.after.as_deref().unwrap_or(""))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("list"))?;
+        let entries = rows
+            .iter()
+            .map(|r| {
+                let key: String = r.try_get("lock_key").map_err(|e| corrupt("?", e))?;
+                let stored = decode(&key, r)?;
+                Ok((key, stored))
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok(page_of(entries, limit))
+    }
+
+    async fn try_acquire(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, StorageError> {
+        let (host, pid, note) = holder_params(req.holder.as_deref());
+        loop {
+            let row = query(&self.sql.acquire)
+                .bind(key)
+                .bind(&req.owner.to_bytes()[..])
+                .bind(lease_millis(req.lease))
+                .bind(host)
+                .bind(pid)
+                .bind(note)
+                .bind(req.reentrant)
+                .bind(FENCING_FLOOR_KEY)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("try_acquire"))?;
+            // No row: the record vanished between the upsert's check and the snapshot read
+            // (a concurrent sweep); just try again.
+            let Some(r) = row else { continue };
+            let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
+            if r.try_get::<bool, _>(0).map_err(|e| corrupt(key, e))? {
+                return Ok(AcquireOutcome::Acquired {
+                    fencing: int(1)? as u64,
+                    count: int(2)? as u32,
+                    expires_at: timestamp(int(3)?),
+                });
+            }
+            let holder = r
+                .try_get::<Option<String>, _>(4)
+                .map_err(|e| corrupt(key, e))?
+                .map(|host| {
+                    Arc::new(storage_lock_core::HolderInfo {
+                        host,
+                        pid: r
+                            .try_get::<Option<i64>, _>(5)
+                            .ok()
+                            .flatten()
+                            .and_then(|p| u32::try_from(p).ok())
+                            .unwrap_or(0),
+                        note: r.try_get::<Option<String>, _>(6).ok().flatten(),
+                    })
+                });
+            return Ok(AcquireOutcome::Busy {
+                expires_at: timestamp(int(3)?),
+                now: timestamp(int(7)?),
+                holder,
+            });
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: &str,
+        owner: OwnerId,
+        lease: Duration,
+    ) -> Result<RenewOutcome, StorageError> {
+        let row = query(&self.sql.renew)
+            .bind(key)
+            .bind(&owner.to_bytes()[..])
+            .bind(lease_millis(lease))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("renew"))?;
+        Ok(match row {
+            Some(r) => RenewOutcome::Renewed {
+                expires_at: timestamp(r.get(0)),
+            },
+            None => RenewOutcome::NotHeld,
+        })
+    }
+
+    async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let row = query(&self.sql.release)
+            .bind(key)
+            .bind(&owner.to_bytes()[..])
+            .bind(&self.sql.channel)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(err("release"))?;
+        Ok(match row {
+            Some(r) => ReleaseOutcome::Released {
+                remaining: r.get::<i64, _>(0) as u32,
+            },
+            None => ReleaseOutcome::NotHeld,
+        })
+    }
+
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        if self.listener.ensure_listening().await {
+            Ok(self.listener.waiters.arm(key))
+        } else {
+            Ok(ChangeWait::unsupported()) // not listening (yet): back off instead
+        }
+    }
+}

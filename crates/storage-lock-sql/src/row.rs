@@ -1,0 +1,96 @@
+//! What every SQL dialect shares: the column list, decoding a row into a record, and turning
+//! records and times into bind parameters. Integers are `BIGINT`/`INTEGER` (i64) everywhere, the
+//! owner is 16 bytes, times are milliseconds since the Unix epoch.
+
+use std::sync::Arc;
+
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use storage_lock_core::{
+    HolderInfo, LockRecord, OwnerId, StorageError, Stored, Timestamp, Version,
+};
+
+/// The record columns, in the order the statements use them.
+pub(crate) const COLUMNS: &str = "lock_key, version, owner, count, fencing, acquired_at, expires_at, holder_host, holder_pid, holder_note";
+
+pub(crate) fn millis(t: Timestamp) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn timestamp(v: i64) -> Timestamp {
+    Timestamp::from_millis(u64::try_from(v).unwrap_or(0))
+}
+
+/// A lease in milliseconds, clamped to half of what a BIGINT holds, so that `now + lease`
+/// computed by the server cannot overflow (half of `i64::MAX` ms is ~146 million years).
+pub(crate) fn lease_millis(lease: std::time::Duration) -> i64 {
+    i64::try_from(lease.as_millis()).map_or(i64::MAX / 2, |ms| ms.min(i64::MAX / 2))
+}
+
+/// The version as a bind parameter (versions are 63-bit numbers in every SQL backend).
+pub(crate) fn version_param(v: &Version) -> i64 {
+    v.as_u64().map_or(-1, |n| n as i64)
+}
+
+/// Host, pid and note of a holder as bind parameters.
+pub(crate) fn holder_params(h: Option<&HolderInfo>) -> (Option<&str>, Option<i64>, Option<&str>) {
+    match h {
+        Some(h) => (
+            Some(h.host.as_str()),
+            Some(i64::from(h.pid)),
+            h.note.as_deref(),
+        ),
+        None => (None, None, None),
+    }
+}
+
+pub(crate) fn corrupt(key: &str, reason: impl std::fmt::Display) -> StorageError {
+    StorageError::Corrupt {
+        key: key.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Decodes the [`COLUMNS`] of a row.
+pub(crate) fn decode<'r, R>(key: &str, row: &'r R) -> Result<Stored, StorageError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
+    Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let int = |col: &'static str| row.try_get::<i64, _>(col).map_err(|e| corrupt(key, e));
+    let owner: Vec<u8> = row.try_get("owner").map_err(|e| corrupt(key, e))?;
+    let host: Option<String> = row.try_get("holder_host").map_err(|e| corrupt(key, e))?;
+    let holder = match host {
+        Some(host) => {
+            let pid: Option<i64> = row.try_get("holder_pid").map_err(|e| corrupt(key, e))?;
+            Some(Arc::new(HolderInfo {
+                host,
+                pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+                note: row.try_get("holder_note").map_err(|e| corrupt(key, e))?,
+            }))
+        }
+        None => None,
+    };
+    Ok(Stored {
+        record: LockRecord {
+            owner: OwnerId::from_bytes(&owner)
+                .ok_or_else(|| corrupt(key, "owner is not 16 bytes"))?,
+            count: u32::try_from(int("count")?).map_err(|e| corrupt(key, e))?,
+            fencing: u64::try_from(int("fencing")?).map_err(|e| corrupt(key, e))?,
+            acquired_at: timestamp(int("acquired_at")?),
+            expires_at: timestamp(int("expires_at")?),
+            holder,
+        },
+        version: Version::from_u64(int("version")? as u64),
+    })
+}
+
+/// Pages through rows fetched with one extra row beyond `limit`.
+pub(crate) fn page_of(mut entries: Vec<(String, Stored)>, limit: usize) -> storage_lock_core::Page {
+    let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
+    entries.truncate(limit);
+    storage_lock_core::Page { entries, next }
+}
