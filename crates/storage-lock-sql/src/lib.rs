@@ -16,6 +16,7 @@
 mod naming;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod primitives;
 mod row;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

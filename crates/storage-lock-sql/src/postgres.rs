@@ -15,21 +15,17 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
-    PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, Timestamp, Version,
-    Waiters,
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, OwnerId, ReleaseOutcome,
+    RenewOutcome, StorageError, Timestamp, Waiters,
 };
 use tokio::sync::watch;
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
-use crate::row::{
-    COLUMNS, corrupt, decode, holder_params, lease_millis, page_of, timestamp, version_param,
-};
+use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, timestamp};
 
 const NAME: &str = "postgres";
 /// The server clock in milliseconds, fixed for the whole statement.
@@ -213,19 +209,19 @@ impl Statements {
             now: format!("SELECT {NOW}"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE lock_key = $1"),
             create: format!(
-                "INSERT INTO {t} ({COLUMNS}) VALUES ($1, {next}, $2, $3, $4, $5, $6, $7, $8, $9)
-                 ON CONFLICT (lock_key) DO NOTHING RETURNING version"
+                "INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (lock_key) DO NOTHING"
             ),
             update: format!(
-                "UPDATE {t} SET version = {next}, owner = $3, count = $4, fencing = $5,
-                    acquired_at = $6, expires_at = $7, holder_host = $8, holder_pid = $9, holder_note = $10
-                 WHERE lock_key = $1 AND version = $2 RETURNING version"
+                "UPDATE {t} SET version = $1, owner = $2, count = $3, fencing = $4, acquired_at = $5,
+                    expires_at = $6, holder_host = $7, holder_pid = $8, holder_note = $9
+                 WHERE lock_key = $10 AND version = $11"
             ),
             delete: format!("DELETE FROM {t} WHERE lock_key = $1 AND version = $2"),
             list: format!(
                 "SELECT {COLUMNS} FROM {t}
-                 WHERE starts_with(lock_key, $1) AND lock_key > $2
-                 ORDER BY lock_key LIMIT $3"
+                 WHERE lock_key >= $1 AND starts_with(lock_key, $2) AND lock_key > $3
+                 ORDER BY lock_key LIMIT $4"
             ),
             // $1 key, $2 owner, $3 lease ms, $4 host, $5 pid, $6 note, $7 reentrant, $8 floor key.
             // The busy branch reads the statement's snapshot: the record as the upsert found it.
@@ -372,8 +368,7 @@ async fn listen(me: Weak<Listener>) {
     }
 }
 
-#[async_trait]
-impl Storage for PostgresStorage {
+crate::primitives::impl_sql_storage! { PostgresStorage {
     fn name(&self) -> &str {
         NAME
     }
@@ -392,103 +387,6 @@ impl Storage for PostgresStorage {
             .map_err(err("now"))?
             .get(0);
         Ok(timestamp(ms))
-    }
-
-    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
-        let row = query(&self.sql.get)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("get"))?;
-        row.map(|r| decode(key, &r)).transpose()
-    }
-
-    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        let (host, pid, note) = holder_params(record.holder.as_deref());
-        let row = query(&self.sql.create)
-            .bind(key)
-            .bind(&record.owner.to_bytes()[..])
-            .bind(i64::from(record.count))
-            .bind(record.fencing as i64)
-            .bind(crate::row::millis(record.acquired_at))
-            .bind(crate::row::millis(record.expires_at))
-            .bind(host)
-            .bind(pid)
-            .bind(note)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("create"))?;
-        match row {
-            Some(r) => Ok(Version::from_u64(r.get::<i64, _>(0) as u64)),
-            None => Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            }),
-        }
-    }
-
-    async fn update(
-        &self,
-        key: &str,
-        expected: &Version,
-        record: &LockRecord,
-    ) -> Result<Version, StorageError> {
-        let (host, pid, note) = holder_params(record.holder.as_deref());
-        let row = query(&self.sql.update)
-            .bind(key)
-            .bind(version_param(expected))
-            .bind(&record.owner.to_bytes()[..])
-            .bind(i64::from(record.count))
-            .bind(record.fencing as i64)
-            .bind(crate::row::millis(record.acquired_at))
-            .bind(crate::row::millis(record.expires_at))
-            .bind(host)
-            .bind(pid)
-            .bind(note)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("update"))?;
-        match row {
-            Some(r) => Ok(Version::from_u64(r.get::<i64, _>(0) as u64)),
-            None => Err(StorageError::Conflict {
-                key: key.to_owned(),
-            }),
-        }
-    }
-
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        let done = query(&self.sql.delete)
-            .bind(key)
-            .bind(version_param(expected))
-            .execute(&self.pool)
-            .await
-            .map_err(err("delete"))?;
-        if done.rows_affected() == 1 {
-            Ok(())
-        } else {
-            Err(StorageError::Conflict {
-                key: key.to_owned(),
-            })
-        }
-    }
-
-    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
-        let limit = page.effective_limit();
-        let rows = query(&self.sql.list)
-            .bind(prefix)
-            .bind(page.after.as_deref().unwrap_or(""))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err("list"))?;
-        let entries = rows
-            .iter()
-            .map(|r| {
-                let key: String = r.try_get("lock_key").map_err(|e| corrupt("?", e))?;
-                let stored = decode(&key, r)?;
-                Ok((key, stored))
-            })
-            .collect::<Result<Vec<_>, StorageError>>()?;
-        Ok(page_of(entries, limit))
     }
 
     async fn try_acquire(
@@ -588,4 +486,4 @@ impl Storage for PostgresStorage {
             Ok(ChangeWait::unsupported()) // not listening (yet): back off instead
         }
     }
-}
+}}

@@ -26,6 +26,11 @@ pub(crate) fn lease_millis(lease: std::time::Duration) -> i64 {
     i64::try_from(lease.as_millis()).map_or(i64::MAX / 2, |ms| ms.min(i64::MAX / 2))
 }
 
+/// A fresh random version for a write (63 bits, from the owner-id CSPRNG).
+pub(crate) fn new_version() -> i64 {
+    (storage_lock_core::OwnerId::random().as_u128() as u64 >> 1) as i64
+}
+
 /// The version as a bind parameter (versions are 63-bit numbers in every SQL backend).
 pub(crate) fn version_param(v: &Version) -> i64 {
     v.as_u64().map_or(-1, |n| n as i64)

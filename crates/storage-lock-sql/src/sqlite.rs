@@ -14,22 +14,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Clock, LockRecord, OwnerId, Page, PageRequest,
-    ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, SystemClock, Timestamp, Version,
+    AcquireOutcome, AcquireRequest, Capabilities, Clock, OwnerId, ReleaseOutcome, RenewOutcome,
+    StorageError, SystemClock, Timestamp,
 };
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
-use crate::row::{
-    COLUMNS, corrupt, decode, holder_params, lease_millis, millis, page_of, timestamp as ts,
-    version_param,
-};
+use crate::row::{COLUMNS, holder_params, lease_millis, millis, timestamp as ts};
 
 const NAME: &str = "sqlite";
 
@@ -228,21 +224,21 @@ impl Statements {
                     holder_note TEXT
                 ) WITHOUT ROWID"
             ),
-            get: format!("SELECT {COLUMNS} FROM {t} WHERE lock_key = ?1"),
+            get: format!("SELECT {COLUMNS} FROM {t} WHERE lock_key = ?"),
             create: format!(
-                "INSERT INTO {t} ({COLUMNS}) VALUES (?1, random(), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT (lock_key) DO NOTHING RETURNING version"
+                "INSERT INTO {t} ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (lock_key) DO NOTHING"
             ),
             update: format!(
-                "UPDATE {t} SET version = random(), owner = ?3, count = ?4, fencing = ?5,
-                    acquired_at = ?6, expires_at = ?7, holder_host = ?8, holder_pid = ?9, holder_note = ?10
-                 WHERE lock_key = ?1 AND version = ?2 RETURNING version"
+                "UPDATE {t} SET version = ?, owner = ?, count = ?, fencing = ?, acquired_at = ?,
+                    expires_at = ?, holder_host = ?, holder_pid = ?, holder_note = ?
+                 WHERE lock_key = ? AND version = ?"
             ),
-            delete: format!("DELETE FROM {t} WHERE lock_key = ?1 AND version = ?2"),
+            delete: format!("DELETE FROM {t} WHERE lock_key = ? AND version = ?"),
             list: format!(
                 "SELECT {COLUMNS} FROM {t}
-                 WHERE lock_key >= ?1 AND substr(lock_key, 1, length(?1)) = ?1 AND lock_key > ?2
-                 ORDER BY lock_key LIMIT ?3"
+                 WHERE lock_key >= ? AND instr(lock_key, ?) = 1 AND lock_key > ?
+                 ORDER BY lock_key LIMIT ?"
             ),
             // ?1 key, ?2 owner, ?3 now, ?4 expires_at, ?5 host, ?6 pid, ?7 note, ?8 reentrant, ?9 floor key
             acquire: format!(
@@ -282,8 +278,7 @@ fn err(operation: &'static str) -> impl Fn(sqlx::Error) -> StorageError {
     move |e| StorageError::backend(NAME, operation, e)
 }
 
-#[async_trait]
-impl Storage for SqliteStorage {
+crate::primitives::impl_sql_storage! { SqliteStorage {
     fn name(&self) -> &str {
         NAME
     }
@@ -296,103 +291,6 @@ impl Storage for SqliteStorage {
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
         Ok(self.clock.now())
-    }
-
-    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
-        let row = query(&self.sql.get)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("get"))?;
-        row.map(|r| decode(key, &r)).transpose()
-    }
-
-    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        let (host, pid, note) = holder_params(record.holder.as_deref());
-        let row = query(&self.sql.create)
-            .bind(key)
-            .bind(&record.owner.to_bytes()[..])
-            .bind(i64::from(record.count))
-            .bind(record.fencing as i64)
-            .bind(millis(record.acquired_at))
-            .bind(millis(record.expires_at))
-            .bind(host)
-            .bind(pid)
-            .bind(note)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("create"))?;
-        match row {
-            Some(r) => Ok(Version::from_u64(r.get::<i64, _>(0) as u64)),
-            None => Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            }),
-        }
-    }
-
-    async fn update(
-        &self,
-        key: &str,
-        expected: &Version,
-        record: &LockRecord,
-    ) -> Result<Version, StorageError> {
-        let (host, pid, note) = holder_params(record.holder.as_deref());
-        let row = query(&self.sql.update)
-            .bind(key)
-            .bind(version_param(expected))
-            .bind(&record.owner.to_bytes()[..])
-            .bind(i64::from(record.count))
-            .bind(record.fencing as i64)
-            .bind(millis(record.acquired_at))
-            .bind(millis(record.expires_at))
-            .bind(host)
-            .bind(pid)
-            .bind(note)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("update"))?;
-        match row {
-            Some(r) => Ok(Version::from_u64(r.get::<i64, _>(0) as u64)),
-            None => Err(StorageError::Conflict {
-                key: key.to_owned(),
-            }),
-        }
-    }
-
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        let done = query(&self.sql.delete)
-            .bind(key)
-            .bind(version_param(expected))
-            .execute(&self.pool)
-            .await
-            .map_err(err("delete"))?;
-        if done.rows_affected() == 1 {
-            Ok(())
-        } else {
-            Err(StorageError::Conflict {
-                key: key.to_owned(),
-            })
-        }
-    }
-
-    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
-        let limit = page.effective_limit();
-        let rows = query(&self.sql.list)
-            .bind(prefix)
-            .bind(page.after.as_deref().unwrap_or(""))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err("list"))?;
-        let entries = rows
-            .iter()
-            .map(|r| {
-                let key: String = r.try_get("lock_key").map_err(|e| corrupt("?", e))?;
-                let stored = decode(&key, r)?;
-                Ok((key, stored))
-            })
-            .collect::<Result<Vec<_>, StorageError>>()?;
-        Ok(page_of(entries, limit))
     }
 
     async fn try_acquire(
@@ -474,4 +372,4 @@ impl Storage for SqliteStorage {
             None => ReleaseOutcome::NotHeld,
         })
     }
-}
+}}

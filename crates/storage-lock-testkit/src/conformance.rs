@@ -224,7 +224,7 @@ pub async fn racing_acquires_have_one_winner<S: Storage>(s: S) {
         .filter(|r| matches!(r, AcquireOutcome::Acquired { .. }))
         .collect();
     assert_eq!(winners.len(), 1, "{results:?}");
-    assert_eq!(fencing_of(winners[0]), 1);
+    assert!(fencing_of(winners[0]) >= 1);
 }
 
 /// Release writes a tombstone (count 0, fencing kept) instead of deleting, and the next
