@@ -4,6 +4,7 @@
 //! |---|---|---|---|---|
 //! | `sqlite` (default) | `SqliteStorage` | processes on one host | yes (one statement) | no: jittered backoff |
 //! | `postgres` | `PostgresStorage` | hosts sharing one primary | yes (one statement, server clock) | `LISTEN/NOTIFY` |
+//! | `mysql` | `MysqlStorage` (MySQL 8, MariaDB 10.5+) | hosts sharing one primary | renew/release 1, acquire 2 (see its docs) | no: jittered backoff |
 //!
 //! Every backend keeps one row per lock key in a table it creates idempotently
 //! (default name `storage_lock`), with structured columns: owner (16 bytes), reentrancy count,
@@ -13,6 +14,8 @@
 //! [`storage_lock_core::storage::ops`]; the primitives implement [`storage_lock_core::Storage`]'s
 //! compare-and-set contract on a random 64-bit row version.
 
+#[cfg(feature = "mysql")]
+pub mod mysql;
 mod naming;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -21,6 +24,8 @@ mod row;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+#[cfg(feature = "mysql")]
+pub use mysql::{MysqlStorage, MysqlStorageBuilder};
 pub use naming::{DEFAULT_TABLE, InvalidTableName, validate_table_name};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStorage, PostgresStorageBuilder};

@@ -1,0 +1,365 @@
+//! [`MysqlStorage`]: locks in a MySQL 8 / MariaDB 10.5+ table, judged by the server's clock.
+//!
+//! Round trips per operation:
+//!
+//! | operation | round trips | how |
+//! |---|---|---|
+//! | `renew` | 1 | `UPDATE … SET expires_at = LAST_INSERT_ID(now + lease)`: the OK packet carries the new expiry |
+//! | `release` | 1 | `UPDATE … SET count = LAST_INSERT_ID(count - 1)`: the OK packet carries the levels left |
+//! | `try_acquire` | **2** | an `INSERT … ON DUPLICATE KEY UPDATE` that writes this request's random version only if the key is free, then a `SELECT` of the row: the request won iff the row carries its version |
+//!
+//! `try_acquire` needs two because neither server returns rows from an upsert (MySQL has no
+//! `RETURNING`; MariaDB has none for `UPDATE`), and the outcome has three values (fencing token,
+//! depth, expiry) where `LAST_INSERT_ID` carries one. Correctness does not depend on the second
+//! statement: the upsert alone decides, atomically, on the server clock (`NOW(3)`).
+//! One caveat: two *reentrant* acquisitions by the same owner that race each other may see each
+//! other's version and report busy although their level was added; that level then lapses with
+//! its lease.
+//!
+//! Waiting uses jittered backoff bounded by the holder's expiry: MySQL has no notifications.
+//! The upsert relies on MySQL's left-to-right evaluation of `SET` assignments, so each
+//! connection clears MariaDB's `SIMULTANEOUS_ASSIGNMENT` SQL mode. Linearizable on a single
+//! primary; not across asynchronous-replica failover.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::{Executor, Row, query};
+use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, HolderInfo, OwnerId, ReleaseOutcome,
+    RenewOutcome, StorageError, Timestamp,
+};
+
+use crate::naming::{DEFAULT_TABLE, validate_table_name};
+use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, new_version, timestamp};
+
+const NAME: &str = "mysql";
+/// The server clock in milliseconds, fixed for the whole statement.
+const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+
+/// Locks in MySQL or MariaDB; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct MysqlStorage {
+    pool: MySqlPool,
+    sql: Arc<Statements>,
+}
+
+/// Configures and opens a [`MysqlStorage`].
+#[derive(Debug, Clone)]
+pub struct MysqlStorageBuilder {
+    url: Option<String>,
+    table: String,
+    max_connections: u32,
+    acquire_timeout: Duration,
+}
+
+impl Default for MysqlStorageBuilder {
+    fn default() -> Self {
+        Self {
+            url: None,
+            table: DEFAULT_TABLE.to_owned(),
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl MysqlStorageBuilder {
+    /// A builder with defaults: table `storage_lock`, 16 connections.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder from `STORAGE_LOCK_MYSQL_URL` and `STORAGE_LOCK_MYSQL_TABLE` (each optional).
+    pub fn from_env() -> Self {
+        let mut b = Self::default();
+        b.url = std::env::var("STORAGE_LOCK_MYSQL_URL").ok();
+        if let Ok(t) = std::env::var("STORAGE_LOCK_MYSQL_TABLE") {
+            b.table = t;
+        }
+        b
+    }
+
+    /// The connection URL (`mysql://user:password@host:port/db`).
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The table name (a plain identifier).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Pool size.
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long an operation waits for a pooled connection.
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Connects and creates the table if needed.
+    pub async fn open(self) -> Result<MysqlStorage, StorageError> {
+        let url = self
+            .url
+            .ok_or_else(|| StorageError::backend(NAME, "open", "no connection URL configured"))?;
+        validate_table_name(&self.table).map_err(|e| StorageError::backend(NAME, "open", e))?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.acquire_timeout)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    conn.execute(
+                        "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'SIMULTANEOUS_ASSIGNMENT', '')",
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await
+            .map_err(err("open"))?;
+        let sql = Statements::new(&self.table);
+        query(&sql.create_table)
+            .execute(&pool)
+            .await
+            .map_err(err("create table"))?;
+        Ok(MysqlStorage {
+            pool,
+            sql: Arc::new(sql),
+        })
+    }
+}
+
+impl MysqlStorage {
+    /// Connects to `url` with default settings.
+    pub async fn connect(url: &str) -> Result<Self, StorageError> {
+        MysqlStorageBuilder::new().url(url).open().await
+    }
+
+    /// A builder.
+    pub fn builder() -> MysqlStorageBuilder {
+        MysqlStorageBuilder::new()
+    }
+}
+
+#[derive(Debug)]
+struct Statements {
+    create_table: String,
+    now: String,
+    get: String,
+    create: String,
+    update: String,
+    delete: String,
+    list: String,
+    acquire: String,
+    acquired: String,
+    renew: String,
+    release: String,
+}
+
+impl Statements {
+    fn new(t: &str) -> Self {
+        // Inside ON DUPLICATE KEY UPDATE, assignments run left to right and see earlier ones:
+        // `version` goes first and records the decision; later columns test `mine`.
+        let mine = "version = VALUES(version)";
+        let live = format!("(count > 0 AND expires_at > {NOW})");
+        // The key column has a binary collation (byte order, like every other backend), which
+        // the driver reports as VARBINARY; read it back as text.
+        let select = COLUMNS.replacen("lock_key", "CONVERT(lock_key USING utf8mb4) AS lock_key", 1);
+        Self {
+            create_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    lock_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,
+                    version BIGINT NOT NULL,
+                    owner VARBINARY(16) NOT NULL,
+                    count BIGINT NOT NULL,
+                    fencing BIGINT NOT NULL,
+                    acquired_at BIGINT NOT NULL,
+                    expires_at BIGINT NOT NULL,
+                    holder_host VARCHAR(255) NULL,
+                    holder_pid BIGINT NULL,
+                    holder_note TEXT NULL
+                ) ENGINE = InnoDB"
+            ),
+            now: format!("SELECT {NOW}"),
+            get: format!("SELECT {select} FROM {t} WHERE lock_key = ?"),
+            create: format!(
+                "INSERT IGNORE INTO {t} ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            update: format!(
+                "UPDATE {t} SET version = ?, owner = ?, count = ?, fencing = ?, acquired_at = ?,
+                    expires_at = ?, holder_host = ?, holder_pid = ?, holder_note = ?
+                 WHERE lock_key = ? AND version = ?"
+            ),
+            delete: format!("DELETE FROM {t} WHERE lock_key = ? AND version = ?"),
+            list: format!(
+                "SELECT {select} FROM {t}
+                 WHERE lock_key >= ? AND LOCATE(?, lock_key) = 1 AND lock_key > ?
+                 ORDER BY lock_key LIMIT ?"
+            ),
+            // key, version, owner, floor key, lease, host, pid, note, reentrant
+            acquire: format!(
+                "INSERT INTO {t} ({COLUMNS})
+                 SELECT ?, ?, ?, 1, COALESCE((SELECT f.fencing FROM {t} AS f WHERE f.lock_key = ?), 0) + 1,
+                        {NOW}, {NOW} + ?, ?, ?, ?
+                 ON DUPLICATE KEY UPDATE
+                    version = IF(NOT {live} OR (? AND owner = VALUES(owner)), VALUES(version), version),
+                    fencing = IF({mine}, IF({live}, fencing, fencing + 1), fencing),
+                    acquired_at = IF({mine}, IF({live}, acquired_at, VALUES(acquired_at)), acquired_at),
+                    holder_host = IF({mine}, IF({live}, holder_host, VALUES(holder_host)), holder_host),
+                    holder_pid = IF({mine}, IF({live}, holder_pid, VALUES(holder_pid)), holder_pid),
+                    holder_note = IF({mine}, IF({live}, holder_note, VALUES(holder_note)), holder_note),
+                    count = IF({mine}, IF({live}, count + 1, 1), count),
+                    expires_at = IF({mine}, GREATEST(expires_at, VALUES(expires_at)), expires_at),
+                    owner = IF({mine}, VALUES(owner), owner)"
+            ),
+            acquired: format!(
+                "SELECT version, fencing, count, expires_at, holder_host, holder_pid, holder_note,
+                        {NOW} AS now_ms
+                 FROM {t} WHERE lock_key = ?"
+            ),
+            renew: format!(
+                "UPDATE {t} SET version = ?, expires_at = LAST_INSERT_ID({NOW} + ?)
+                 WHERE lock_key = ? AND owner = ? AND count > 0 AND expires_at > {NOW}"
+            ),
+            release: format!(
+                "UPDATE {t} SET version = ?,
+                    expires_at = IF(count = 1, LEAST(expires_at, {NOW}), expires_at),
+                    count = LAST_INSERT_ID(count - 1)
+                 WHERE lock_key = ? AND owner = ? AND count > 0"
+            ),
+        }
+    }
+}
+
+fn err(operation: &'static str) -> impl Fn(sqlx::Error) -> StorageError {
+    move |e| StorageError::backend(NAME, operation, e)
+}
+
+crate::primitives::impl_sql_storage! { MysqlStorage {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // try_acquire takes two round trips (see the module docs).
+        Capabilities::linearizable().with_conditional_delete(true)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        let ms: i64 = query(&self.sql.now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(err("now"))?
+            .get(0);
+        Ok(timestamp(ms))
+    }
+
+    async fn try_acquire(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, StorageError> {
+        let (host, pid, note) = holder_params(req.holder.as_deref());
+        loop {
+            let version = new_version();
+            query(&self.sql.acquire)
+                .bind(key)
+                .bind(version)
+                .bind(req.owner.to_bytes().to_vec())
+                .bind(FENCING_FLOOR_KEY)
+                .bind(lease_millis(req.lease))
+                .bind(host)
+                .bind(pid)
+                .bind(note)
+                .bind(req.reentrant)
+                .execute(&self.pool)
+                .await
+                .map_err(err("try_acquire"))?;
+            let row = query(&self.sql.acquired)
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(err("try_acquire"))?;
+            // Deleted in between by a sweep: try again.
+            let Some(r) = row else { continue };
+            let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
+            if int(0)? == version {
+                return Ok(AcquireOutcome::Acquired {
+                    fencing: int(1)? as u64,
+                    count: int(2)? as u32,
+                    expires_at: timestamp(int(3)?),
+                });
+            }
+            let holder = r
+                .try_get::<Option<String>, _>(4)
+                .map_err(|e| corrupt(key, e))?
+                .map(|host| {
+                    Arc::new(HolderInfo {
+                        host,
+                        pid: r
+                            .try_get::<Option<i64>, _>(5)
+                            .ok()
+                            .flatten()
+                            .and_then(|p| u32::try_from(p).ok())
+                            .unwrap_or(0),
+                        note: r.try_get::<Option<String>, _>(6).ok().flatten(),
+                    })
+                });
+            return Ok(AcquireOutcome::Busy {
+                expires_at: timestamp(int(3)?),
+                now: timestamp(int(7)?),
+                holder,
+            });
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: &str,
+        owner: OwnerId,
+        lease: Duration,
+    ) -> Result<RenewOutcome, StorageError> {
+        let done = query(&self.sql.renew)
+            .bind(new_version())
+            .bind(lease_millis(lease))
+            .bind(key)
+            .bind(owner.to_bytes().to_vec())
+            .execute(&self.pool)
+            .await
+            .map_err(err("renew"))?;
+        Ok(if done.rows_affected() == 1 {
+            RenewOutcome::Renewed {
+                expires_at: Timestamp::from_millis(done.last_insert_id()),
+            }
+        } else {
+            RenewOutcome::NotHeld
+        })
+    }
+
+    async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let done = query(&self.sql.release)
+            .bind(new_version())
+            .bind(key)
+            .bind(owner.to_bytes().to_vec())
+            .execute(&self.pool)
+            .await
+            .map_err(err("release"))?;
+        Ok(if done.rows_affected() == 1 {
+            ReleaseOutcome::Released {
+                remaining: u32::try_from(done.last_insert_id()).unwrap_or(u32::MAX),
+            }
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+}}
