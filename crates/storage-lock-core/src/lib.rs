@@ -55,3 +55,4 @@ pub use storage::{
     Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, SweepReport,
     TimeSource, Timestamp, Version, Waiters,
 };
+pub use storage::{NotificationSource, Notifications};

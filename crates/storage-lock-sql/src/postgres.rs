@@ -12,17 +12,16 @@
 //! * Versions come from a sequence (`<table>_version`), so a CAS never confuses a recreated row
 //!   with an old one.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, OwnerId, ReleaseOutcome,
-    RenewOutcome, StorageError, Timestamp, Waiters,
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, NotificationSource, Notifications,
+    OwnerId, ReleaseOutcome, RenewOutcome, StorageError, Timestamp,
 };
-use tokio::sync::watch;
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, timestamp};
@@ -36,7 +35,7 @@ const NOW: &str = "floor(extract(epoch from statement_timestamp()) * 1000)::bigi
 pub struct PostgresStorage {
     pool: PgPool,
     sql: Arc<Statements>,
-    listener: Arc<Listener>,
+    listener: Arc<Notifications<PgSource>>,
 }
 
 /// Configures and opens a [`PostgresStorage`].
@@ -139,7 +138,10 @@ impl PostgresStorageBuilder {
                 .map_err(err("create table"))?;
         }
         tx.commit().await.map_err(err("create table"))?;
-        let listener = Listener::new(pool.clone(), sql.channel.clone());
+        let listener = Arc::new(Notifications::new(PgSource {
+            pool: pool.clone(),
+            channel: sql.channel.clone(),
+        }));
         Ok(PostgresStorage {
             pool,
             sql: Arc::new(sql),
@@ -275,95 +277,31 @@ fn err(operation: &'static str) -> impl Fn(sqlx::Error) -> StorageError {
     move |e| StorageError::backend(NAME, operation, e)
 }
 
-/// The one `LISTEN` connection of a storage, started by the first waiter.
+/// The `LISTEN` connection behind a storage's [`Notifications`] hub.
 #[derive(Debug)]
-struct Listener {
+struct PgSource {
     pool: PgPool,
     channel: String,
-    waiters: Waiters,
-    /// `true` while the connection is listening.
-    ready: watch::Sender<bool>,
-    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-impl Listener {
-    fn new(pool: PgPool, channel: String) -> Arc<Self> {
-        Arc::new(Self {
-            pool,
-            channel,
-            waiters: Waiters::default(),
-            ready: watch::channel(false).0,
-            task: std::sync::Mutex::new(None),
-        })
-    }
+#[async_trait::async_trait]
+impl NotificationSource for PgSource {
+    type Connection = PgListener;
 
-    /// Starts the listener task once; waits (briefly) until it listens, so that a waiter armed
-    /// afterwards cannot miss a release. Returns whether it is listening.
-    async fn ensure_listening(self: &Arc<Self>) -> bool {
-        {
-            let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
-            if task.is_none() {
-                *task = Some(tokio::spawn(listen(Arc::downgrade(self))));
-            }
-        }
-        let mut ready = self.ready.subscribe();
-        tokio::time::timeout(Duration::from_secs(1), ready.wait_for(|r| *r))
+    async fn connect(&self) -> Result<PgListener, String> {
+        let mut l = PgListener::connect_with(&self.pool)
             .await
-            .is_ok_and(|r| r.is_ok())
+            .map_err(|e| e.to_string())?;
+        l.listen(&self.channel).await.map_err(|e| e.to_string())?;
+        Ok(l)
     }
-}
 
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Some(task) = self
-            .task
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            task.abort();
-        }
-    }
-}
-
-/// Listens until the storage is dropped, reconnecting with backoff after failures.
-async fn listen(me: Weak<Listener>) {
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let Some(this) = me.upgrade() else { return };
-        let connected = async {
-            let mut l = PgListener::connect_with(&this.pool).await?;
-            l.listen(&this.channel).await?;
-            Ok::<_, sqlx::Error>(l)
-        }
-        .await;
-        let mut conn = match connected {
-            Ok(conn) => conn,
-            Err(e) => {
-                drop(this);
-                tracing::warn!(error = %e, "postgres LISTEN connection failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(50);
-        this.ready.send_replace(true);
-        this.waiters.wake_all(); // anything missed while disconnected
-        drop(this);
-        loop {
-            let next = conn.try_recv().await;
-            let Some(this) = me.upgrade() else { return };
-            match next {
-                Ok(Some(n)) => this.waiters.wake(n.payload()),
-                // The connection dropped; sqlx reconnects on the next call. Re-check everything.
-                Ok(None) => this.waiters.wake_all(),
-                Err(_) => {
-                    this.ready.send_replace(false);
-                    this.waiters.wake_all();
-                    break;
-                }
-            }
+    async fn next(&self, conn: &mut PgListener) -> Option<Option<String>> {
+        match conn.try_recv().await {
+            Ok(Some(n)) => Some(Some(n.payload().to_owned())),
+            // The connection dropped and sqlx reconnects on the next call: re-check everything.
+            Ok(None) => Some(None),
+            Err(_) => None,
         }
     }
 }
@@ -480,10 +418,6 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
     }
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
-        if self.listener.ensure_listening().await {
-            Ok(self.listener.waiters.arm(key))
-        } else {
-            Ok(ChangeWait::unsupported()) // not listening (yet): back off instead
-        }
+        Ok(self.listener.arm(key).await)
     }
 }}

@@ -28,7 +28,7 @@ pub(crate) fn lease_millis(lease: std::time::Duration) -> i64 {
 
 /// A fresh random version for a write (63 bits, from the owner-id CSPRNG).
 pub(crate) fn new_version() -> i64 {
-    (storage_lock_core::OwnerId::random().as_u128() as u64 >> 1) as i64
+    version_param(&Version::random())
 }
 
 /// The version as a bind parameter (versions are 63-bit numbers in every SQL backend).

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -100,5 +100,117 @@ impl Waiters {
             tx.send_replace(());
             tx.receiver_count() > 0
         });
+    }
+}
+
+/// Where a [`Notifications`] hub gets its change notifications from: a backend's listening
+/// connection (PostgreSQL `LISTEN`, Redis `SUBSCRIBE`, …).
+#[async_trait::async_trait]
+pub trait NotificationSource: Send + Sync + 'static {
+    /// A connection that is listening.
+    type Connection: Send + 'static;
+    /// Opens a connection and starts listening; the error is logged and retried with backoff.
+    async fn connect(&self) -> Result<Self::Connection, String>;
+    /// The next event: `Some(Some(key))` — `key` changed; `Some(None)` — notifications may have
+    /// been missed (everyone re-checks); `None` — the connection is gone (it reconnects).
+    async fn next(&self, conn: &mut Self::Connection) -> Option<Option<String>>;
+}
+
+/// One listening connection per storage, multiplexed over every waiting key, re-established
+/// after failures. Backends keep one in an `Arc` and return [`Notifications::arm`] from
+/// [`crate::Storage::wait_for_change`]. The listener task starts with the first waiter and
+/// stops when the hub is dropped.
+#[derive(Debug)]
+pub struct Notifications<N: NotificationSource> {
+    source: Arc<N>,
+    shared: Arc<HubShared>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct HubShared {
+    waiters: Waiters,
+    /// `true` while the connection is listening.
+    ready: watch::Sender<bool>,
+}
+
+impl<N: NotificationSource> Notifications<N> {
+    /// A hub over `source`; nothing connects until the first [`Self::arm`].
+    pub fn new(source: N) -> Self {
+        Self {
+            source: Arc::new(source),
+            shared: Arc::new(HubShared {
+                waiters: Waiters::default(),
+                ready: watch::channel(false).0,
+            }),
+            task: Mutex::new(None),
+        }
+    }
+
+    /// Arms a notification for `key`. Starts the listener on first use and waits up to one
+    /// second for it to listen (so no release between arming and waiting can be missed); if it
+    /// is not listening, returns [`ChangeWait::unsupported`] and the waiter backs off instead.
+    pub async fn arm(&self, key: &str) -> ChangeWait {
+        {
+            let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+            if task.is_none() {
+                *task = Some(tokio::spawn(listen(
+                    self.source.clone(),
+                    self.shared.clone(),
+                )));
+            }
+        }
+        let mut ready = self.shared.ready.subscribe();
+        let listening =
+            tokio::time::timeout(std::time::Duration::from_secs(1), ready.wait_for(|r| *r))
+                .await
+                .is_ok_and(|r| r.is_ok());
+        if listening {
+            self.shared.waiters.arm(key)
+        } else {
+            ChangeWait::unsupported()
+        }
+    }
+}
+
+impl<N: NotificationSource> Drop for Notifications<N> {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+async fn listen<N: NotificationSource>(source: Arc<N>, shared: Arc<HubShared>) {
+    let mut backoff = std::time::Duration::from_millis(50);
+    loop {
+        let mut conn = match source.connect().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = %e, "notification connection failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = std::time::Duration::from_millis(50);
+        shared.ready.send_replace(true);
+        shared.waiters.wake_all(); // anything missed while disconnected
+        loop {
+            match source.next(&mut conn).await {
+                Some(Some(key)) => shared.waiters.wake(&key),
+                Some(None) => shared.waiters.wake_all(),
+                None => {
+                    shared.ready.send_replace(false);
+                    shared.waiters.wake_all();
+                    break;
+                }
+            }
+        }
     }
 }

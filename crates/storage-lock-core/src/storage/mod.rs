@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use capabilities::{Capabilities, TimeSource};
-pub use change::{ChangeWait, Waiters};
+pub use change::{ChangeWait, NotificationSource, Notifications, Waiters};
 pub use error::StorageError;
 pub use ops::{AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, SweepReport};
 pub use record::{HolderInfo, LockRecord, OwnerId, Page, PageRequest, Stored, Timestamp, Version};

@@ -173,6 +173,11 @@ impl Version {
         Self(VersionRepr::Number(v))
     }
 
+    /// A fresh random 63-bit numeric version, for backends whose clients choose versions.
+    pub fn random() -> Self {
+        Self::from_u64(OwnerId::random().as_u128() as u64 >> 1)
+    }
+
     /// A textual version (ETag and the like).
     pub fn from_text(v: impl Into<String>) -> Self {
         Self(VersionRepr::Text(v.into()))

@@ -1,0 +1,534 @@
+//! [`RedisStorage`]: storage-lock on Redis.
+//!
+//! * `try_acquire`, `renew` and `release` are each **one Lua script** (one round trip), judged by
+//!   Redis `TIME` inside the script; `get`/`create`/`update`/`delete` are one command or script.
+//! * Fencing tokens live in the record, which never expires (a released lock is a tombstone), so
+//!   they survive release and lease expiry; sweeps raise a floor record first.
+//! * Release `PUBLISH`es the key on a channel; each storage keeps **one** pub/sub connection,
+//!   multiplexed over all waiting keys and re-established after a connection loss.
+//! * Commands go through a [`ConnectionManager`] that reconnects by itself; while Redis is
+//!   unreachable, operations fail fast, so held handles turn lost at their local deadline
+//!   (fail-closed) and acquisitions work again once Redis is back.
+//!
+//! # What holds where
+//! * **Single primary** (with or without replicas you never fail over to): linearizable —
+//!   safe.
+//! * **Asynchronous replica failover** (Sentinel): *not* safe. A replica promoted before it got
+//!   the last writes can grant a lock that was held; fencing tokens can repeat. This is the
+//!   Redlock debate; no client-side trick fixes it. Use PostgreSQL or etcd if you need failover.
+//! * **Redis Cluster**: each script touches the record and the fencing-floor record, which must
+//!   hash to one slot: give the prefix a hash tag (e.g. `{locks}:`). All locks then live on one
+//!   shard, with the single-primary caveat above for that shard.
+
+mod scripts;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script, Value};
+use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, HolderInfo, LockRecord,
+    NotificationSource, Notifications, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome,
+    Storage, StorageError, Stored, Timestamp, Version,
+};
+
+const NAME: &str = "redis";
+
+/// The key prefix used unless configured otherwise.
+pub const DEFAULT_PREFIX: &str = "storage-lock:";
+
+/// Locks in Redis; see the [crate docs](crate).
+#[derive(Clone)]
+pub struct RedisStorage {
+    conn: ConnectionManager,
+    prefix: Arc<str>,
+    channel: Arc<str>,
+    scripts: Arc<Scripts>,
+    hub: Arc<Notifications<PubSubSource>>,
+}
+
+impl fmt::Debug for RedisStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStorage")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Scripts {
+    create: Script,
+    update: Script,
+    delete: Script,
+    acquire: Script,
+    renew: Script,
+    release: Script,
+}
+
+/// Configures and opens a [`RedisStorage`].
+#[derive(Debug, Clone)]
+pub struct RedisStorageBuilder {
+    url: Option<String>,
+    prefix: String,
+    response_timeout: Duration,
+}
+
+impl Default for RedisStorageBuilder {
+    fn default() -> Self {
+        Self {
+            url: None,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            response_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RedisStorageBuilder {
+    /// A builder with defaults: prefix `storage-lock:`, 2 s response timeout.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder from `STORAGE_LOCK_REDIS_URL` and `STORAGE_LOCK_REDIS_PREFIX` (each optional).
+    pub fn from_env() -> Self {
+        let mut b = Self::default();
+        b.url = std::env::var("STORAGE_LOCK_REDIS_URL").ok();
+        if let Ok(p) = std::env::var("STORAGE_LOCK_REDIS_PREFIX") {
+            b.prefix = p;
+        }
+        b
+    }
+
+    /// The server URL (`redis://[:password@]host:port/db`).
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The prefix of every key this storage writes (and of its pub/sub channel).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long a command may take before it fails (and a renewal counts as unconfirmed).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects.
+    pub async fn open(self) -> Result<RedisStorage, StorageError> {
+        let url = self
+            .url
+            .ok_or_else(|| StorageError::backend(NAME, "open", "no server URL configured"))?;
+        let client = Client::open(url.as_str()).map_err(err("open"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(self.response_timeout)
+            .set_connection_timeout(self.response_timeout)
+            .set_number_of_retries(1)
+            .set_max_delay(500);
+        let conn = client
+            .get_connection_manager_with_config(config)
+            .await
+            .map_err(err("open"))?;
+        let channel: Arc<str> = format!("{}changes", self.prefix).into();
+        let hub = Arc::new(Notifications::new(PubSubSource {
+            client,
+            channel: channel.clone(),
+        }));
+        Ok(RedisStorage {
+            conn,
+            prefix: self.prefix.into(),
+            channel,
+            scripts: Arc::new(Scripts {
+                create: Script::new(&scripts::create()),
+                update: Script::new(&scripts::update()),
+                delete: Script::new(scripts::DELETE),
+                acquire: Script::new(&scripts::acquire()),
+                renew: Script::new(&scripts::renew()),
+                release: Script::new(&scripts::release()),
+            }),
+            hub,
+        })
+    }
+}
+
+impl RedisStorage {
+    /// Connects to `url` with default settings.
+    pub async fn connect(url: &str) -> Result<Self, StorageError> {
+        RedisStorageBuilder::new().url(url).open().await
+    }
+
+    /// A builder.
+    pub fn builder() -> RedisStorageBuilder {
+        RedisStorageBuilder::new()
+    }
+
+    fn redis_key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+}
+
+/// The pub/sub connection behind the storage's notification hub.
+struct PubSubSource {
+    client: Client,
+    channel: Arc<str>,
+}
+
+#[async_trait]
+impl NotificationSource for PubSubSource {
+    type Connection = redis::aio::PubSubStream;
+
+    async fn connect(&self) -> Result<Self::Connection, String> {
+        let mut pubsub = self
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(|e| e.to_string())?;
+        pubsub
+            .subscribe(&*self.channel)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(pubsub.into_on_message())
+    }
+
+    async fn next(&self, conn: &mut Self::Connection) -> Option<Option<String>> {
+        let msg = conn.next().await?;
+        Some(msg.get_payload::<String>().ok())
+    }
+}
+
+fn err(operation: &'static str) -> impl Fn(redis::RedisError) -> StorageError {
+    move |e| StorageError::backend(NAME, operation, e)
+}
+
+fn corrupt(key: &str, reason: impl fmt::Display) -> StorageError {
+    StorageError::Corrupt {
+        key: key.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A lease in milliseconds, clamped so that `now + lease` stays exact in Lua's doubles.
+fn lease_millis(lease: Duration) -> u64 {
+    u64::try_from(lease.as_millis()).map_or(1 << 50, |ms| ms.min(1 << 50))
+}
+
+fn version_arg(v: &Version) -> String {
+    v.as_u64().map_or_else(String::new, |n| n.to_string())
+}
+
+/// The record arguments of the `write` helper in [`scripts`].
+fn record_args(inv: &mut redis::ScriptInvocation<'_>, version: &Version, r: &LockRecord) {
+    inv.arg(version_arg(version))
+        .arg(r.owner.to_string())
+        .arg(r.count)
+        .arg(r.fencing)
+        .arg(r.acquired_at.as_millis())
+        .arg(r.expires_at.as_millis());
+    holder_args(inv, r.holder.as_deref());
+}
+
+fn holder_args(inv: &mut redis::ScriptInvocation<'_>, h: Option<&HolderInfo>) {
+    match h {
+        Some(h) => {
+            inv.arg("1").arg(&h.host).arg(h.pid);
+            match &h.note {
+                Some(n) => inv.arg("1").arg(n),
+                None => inv.arg("0").arg(""),
+            };
+        }
+        None => {
+            inv.arg("0").arg("").arg(0).arg("0").arg("");
+        }
+    }
+}
+
+fn decode(key: &str, mut h: HashMap<String, String>) -> Result<Option<Stored>, StorageError> {
+    if h.is_empty() {
+        return Ok(None);
+    }
+    let num = |f: &str| -> Result<u64, StorageError> {
+        h.get(f)
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| corrupt(key, format!("field {f} missing or not a number")))
+    };
+    let (version, count, fencing, acquired_at, expires_at) =
+        (num("v")?, num("c")?, num("f")?, num("a")?, num("e")?);
+    let owner: OwnerId = h
+        .get("o")
+        .and_then(|o| o.parse().ok())
+        .ok_or_else(|| corrupt(key, "owner missing or malformed"))?;
+    let holder = h.remove("hh").map(|host| {
+        Arc::new(HolderInfo {
+            host,
+            pid: h.get("hp").and_then(|p| p.parse().ok()).unwrap_or(0),
+            note: h.remove("hn"),
+        })
+    });
+    Ok(Some(Stored {
+        record: LockRecord {
+            owner,
+            count: u32::try_from(count).map_err(|e| corrupt(key, e))?,
+            fencing,
+            acquired_at: Timestamp::from_millis(acquired_at),
+            expires_at: Timestamp::from_millis(expires_at),
+            holder,
+        },
+        version: Version::from_u64(version),
+    }))
+}
+
+fn int(key: &str, v: Option<&Value>) -> Result<i64, StorageError> {
+    match v {
+        Some(Value::Int(n)) => Ok(*n),
+        other => Err(corrupt(key, format!("expected an integer, got {other:?}"))),
+    }
+}
+
+fn text(v: Option<&Value>) -> Option<String> {
+    match v {
+        Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+        Some(Value::SimpleString(s)) => Some(s.clone()),
+        Some(Value::Int(n)) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// `prefix` with Redis glob metacharacters escaped.
+fn glob_escape(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[async_trait]
+impl Storage for RedisStorage {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::linearizable()
+            .with_conditional_delete(true)
+            .with_one_round_trip_ops(true)
+            .with_change_notifications(true)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(err("now"))?;
+        Ok(Timestamp::from_millis(secs * 1000 + micros / 1000))
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        let h: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.redis_key(key))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(err("get"))?;
+        decode(key, h)
+    }
+
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let version = Version::random();
+        let mut inv = self.scripts.create.key(self.redis_key(key));
+        record_args(&mut inv, &version, record);
+        let created: i64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("create"))?;
+        if created == 1 {
+            Ok(version)
+        } else {
+            Err(StorageError::AlreadyExists {
+                key: key.to_owned(),
+            })
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let version = Version::random();
+        let mut inv = self.scripts.update.key(self.redis_key(key));
+        inv.arg(version_arg(expected));
+        record_args(&mut inv, &version, record);
+        let updated: i64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("update"))?;
+        if updated == 1 {
+            Ok(version)
+        } else {
+            Err(StorageError::Conflict {
+                key: key.to_owned(),
+            })
+        }
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let deleted: i64 = self
+            .scripts
+            .delete
+            .key(self.redis_key(key))
+            .arg(version_arg(expected))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("delete"))?;
+        if deleted == 1 {
+            Ok(())
+        } else {
+            Err(StorageError::Conflict {
+                key: key.to_owned(),
+            })
+        }
+    }
+
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let mut conn = self.conn.clone();
+        let pattern = format!("{}{}*", glob_escape(&self.prefix), glob_escape(prefix));
+        let mut keys: Vec<String> = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(err("list"))?;
+            keys.extend(
+                batch
+                    .into_iter()
+                    .filter_map(|k| k.strip_prefix(&*self.prefix).map(str::to_owned))
+                    .filter(|k| k.as_str() != &*self.channel)
+                    .filter(|k| page.after.as_deref().is_none_or(|a| k.as_str() > a)),
+            );
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        let limit = page.effective_limit();
+        keys.truncate(limit + 1);
+        let mut pipe = redis::pipe();
+        for k in &keys {
+            pipe.cmd("HGETALL").arg(self.redis_key(k));
+        }
+        let hashes: Vec<HashMap<String, String>> =
+            pipe.query_async(&mut conn).await.map_err(err("list"))?;
+        let mut entries = Vec::with_capacity(keys.len());
+        for (k, h) in keys.into_iter().zip(hashes) {
+            if let Some(stored) = decode(&k, h)? {
+                entries.push((k, stored));
+            }
+        }
+        let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
+        entries.truncate(limit);
+        Ok(Page { entries, next })
+    }
+
+    async fn try_acquire(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, StorageError> {
+        let mut inv = self.scripts.acquire.key(self.redis_key(key));
+        inv.key(self.redis_key(FENCING_FLOOR_KEY))
+            .arg(version_arg(&Version::random()))
+            .arg(req.owner.to_string())
+            .arg(lease_millis(req.lease))
+            .arg(if req.reentrant { "1" } else { "0" });
+        holder_args(&mut inv, req.holder.as_deref());
+        let reply: Vec<Value> = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("try_acquire"))?;
+        if int(key, reply.first())? == 1 {
+            return Ok(AcquireOutcome::Acquired {
+                fencing: int(key, reply.get(1))? as u64,
+                count: int(key, reply.get(2))? as u32,
+                expires_at: Timestamp::from_millis(int(key, reply.get(3))? as u64),
+            });
+        }
+        let holder = text(reply.get(3)).map(|host| {
+            Arc::new(HolderInfo {
+                host,
+                pid: text(reply.get(4)).and_then(|p| p.parse().ok()).unwrap_or(0),
+                note: text(reply.get(5)),
+            })
+        });
+        Ok(AcquireOutcome::Busy {
+            expires_at: Timestamp::from_millis(int(key, reply.get(1))? as u64),
+            now: Timestamp::from_millis(int(key, reply.get(2))? as u64),
+            holder,
+        })
+    }
+
+    async fn renew(
+        &self,
+        key: &str,
+        owner: OwnerId,
+        lease: Duration,
+    ) -> Result<RenewOutcome, StorageError> {
+        let expires: i64 = self
+            .scripts
+            .renew
+            .key(self.redis_key(key))
+            .arg(version_arg(&Version::random()))
+            .arg(owner.to_string())
+            .arg(lease_millis(lease))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("renew"))?;
+        Ok(match u64::try_from(expires) {
+            Ok(ms) => RenewOutcome::Renewed {
+                expires_at: Timestamp::from_millis(ms),
+            },
+            Err(_) => RenewOutcome::NotHeld,
+        })
+    }
+
+    async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let left: i64 = self
+            .scripts
+            .release
+            .key(self.redis_key(key))
+            .arg(version_arg(&Version::random()))
+            .arg(owner.to_string())
+            .arg(&*self.channel)
+            .arg(key)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("release"))?;
+        Ok(match u32::try_from(left) {
+            Ok(remaining) => ReleaseOutcome::Released { remaining },
+            Err(_) => ReleaseOutcome::NotHeld,
+        })
+    }
+
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        Ok(self.hub.arm(key).await)
+    }
+}
