@@ -7,6 +7,7 @@
 //!   expiry, watchdog, contention under an [`OverlapDetector`], fencing monotonicity across
 //!   release/expiry/sweep, cancel safety, the lost signal, hand-off on release.
 //! * [`multiprocess`] — OS processes contending on one storage, checked through shared files.
+//! * [`proxy`] — a loopback TCP proxy that cuts connections, for connection-loss tests.
 //!
 //! Every case is a `pub async fn` taking a fresh storage. A backend stamps all of them as named
 //! `#[tokio::test]`s with one macro call, once through its own lock operations and once through
@@ -20,6 +21,7 @@
 pub mod conformance;
 pub mod multiprocess;
 pub mod overlap;
+pub mod proxy;
 pub mod semantics;
 
 pub use overlap::OverlapDetector;

@@ -91,10 +91,19 @@ pub fn worker_dir() -> Option<std::path::PathBuf> {
     std::env::var_os(WORKER_DIR_ENV).map(Into::into)
 }
 
+/// The storage URL a worker should connect to (set by [`run_processes`]).
+pub const WORKER_URL_ENV: &str = "STORAGE_LOCK_MP_URL";
+
 /// Runs `processes` copies of this test binary, each executing only the test `worker_test`
-/// (which calls [`worker_dir`] and [`run_worker`] with `rounds`), all recording into a fresh
-/// directory; then [`verify`]s `processes × rounds` exclusive sections. Returns the directory.
-pub fn run_processes(worker_test: &str, processes: usize, rounds: u32) -> std::path::PathBuf {
+/// (which calls [`worker_dir`] and [`run_worker`] with [`worker_rounds`] on the storage named
+/// by [`WORKER_URL_ENV`]), all recording into a fresh directory; then [`verify`]s
+/// `processes × rounds` exclusive sections. Returns the directory.
+pub fn run_processes(
+    worker_test: &str,
+    url: &str,
+    processes: usize,
+    rounds: u32,
+) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("storage-lock-mp-{:016x}", rand::random::<u64>()));
     fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().expect("test binary path");
@@ -104,6 +113,7 @@ pub fn run_processes(worker_test: &str, processes: usize, rounds: u32) -> std::p
                 .args([worker_test, "--exact", "--nocapture", "--test-threads=1"])
                 .env(WORKER_DIR_ENV, &dir)
                 .env("STORAGE_LOCK_MP_ROUNDS", rounds.to_string())
+                .env(WORKER_URL_ENV, url)
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .expect("spawn worker process")

@@ -1,6 +1,6 @@
 //! Opening a storage from a URL.
 //!
-//! The registry is one table, [`SCHEMES`]: a scheme and the function that opens it. A backend
+//! The registry is one table, `SCHEMES`: a scheme and the function that opens it. A backend
 //! behind a feature adds one `#[cfg(feature = "…")]` line there.
 
 use std::future::Future;
@@ -39,28 +39,30 @@ pub enum ConnectError {
 
 type Opened = Pin<Box<dyn Future<Output = Result<Arc<dyn Storage>, ConnectError>> + Send>>;
 
-/// One registered scheme.
-struct Scheme {
-    name: &'static str,
-    open: fn(String) -> Opened,
-}
+type Opener = fn(String) -> Opened;
 
-/// The registry: add a backend with one line.
-const SCHEMES: &[Scheme] = &[
-    Scheme {
-        name: "memory",
-        open: open_memory,
-    },
+/// The registry: a scheme and the function that opens it. Add a backend with one line.
+const SCHEMES: &[(&str, Opener)] = &[
+    ("memory", open_memory),
     #[cfg(feature = "sqlite")]
-    Scheme {
-        name: "sqlite",
-        open: open_sqlite,
-    },
+    ("sqlite", open_sqlite),
+    #[cfg(feature = "postgres")]
+    ("postgres", open_postgres),
+    #[cfg(feature = "postgres")]
+    ("postgresql", open_postgres),
+    #[cfg(feature = "mysql")]
+    ("mysql", open_mysql),
+    #[cfg(feature = "mysql")]
+    ("mariadb", open_mysql),
+    #[cfg(feature = "redis")]
+    ("redis", open_redis),
+    #[cfg(feature = "redis")]
+    ("rediss", open_redis),
 ];
 
 /// The URL schemes this build can open.
 pub fn schemes() -> impl Iterator<Item = &'static str> {
-    SCHEMES.iter().map(|s| s.name)
+    SCHEMES.iter().map(|(name, _)| *name)
 }
 
 /// Opens the storage a URL names (see the crate docs for the URL forms).
@@ -71,14 +73,14 @@ pub async fn connect_storage(url: &str) -> Result<Arc<dyn Storage>, ConnectError
             reason: "expected SCHEME:… (e.g. sqlite:///var/lib/locks.db or memory:)".into(),
         });
     };
-    let entry = SCHEMES
+    let (_, open) = SCHEMES
         .iter()
-        .find(|s| s.name.eq_ignore_ascii_case(scheme))
+        .find(|(name, _)| name.eq_ignore_ascii_case(scheme))
         .ok_or_else(|| ConnectError::UnknownScheme {
             scheme: scheme.to_owned(),
             known: schemes().collect::<Vec<_>>().join(", "),
         })?;
-    (entry.open)(url.to_owned()).await
+    open(url.to_owned()).await
 }
 
 /// Opens the storage a URL names and builds a [`StorageLock`] over it (capability check
@@ -129,5 +131,80 @@ fn open_sqlite(url: String) -> Opened {
             }
         }
         Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+/// Splits storage-lock's own query parameters (`ours`) off a URL; the rest stays for the driver.
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+fn take_params(url: &str, ours: &[&str]) -> (String, Vec<(String, String)>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), Vec::new());
+    };
+    let (mut kept, mut taken) = (Vec::new(), Vec::new());
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((k, v)) if ours.contains(&k) => taken.push((k.to_owned(), v.to_owned())),
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, taken)
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn checked_identifier(url: &str, value: String) -> Result<String, ConnectError> {
+    storage_lock_sql::validate_table_name(&value).map_err(|e| ConnectError::InvalidUrl {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok(value)
+}
+
+/// `postgres://user@host:port/db[?table=NAME&schema=NAME&…driver options]`.
+#[cfg(feature = "postgres")]
+fn open_postgres(url: String) -> Opened {
+    Box::pin(async move {
+        let (driver_url, params) = take_params(&url, &["table", "schema"]);
+        let mut b = storage_lock_sql::PostgresStorage::builder().url(driver_url);
+        for (k, v) in params {
+            let v = checked_identifier(&url, v)?;
+            b = if k == "table" {
+                b.table(v)
+            } else {
+                b.schema(v)
+            };
+        }
+        Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+/// `mysql://user:password@host:port/db[?table=NAME&…driver options]`.
+#[cfg(feature = "mysql")]
+fn open_mysql(url: String) -> Opened {
+    Box::pin(async move {
+        let (driver_url, params) = take_params(&url, &["table"]);
+        let driver_url = driver_url.replacen("mariadb:", "mysql:", 1);
+        let mut b = storage_lock_sql::MysqlStorage::builder().url(driver_url);
+        for (_, v) in params {
+            b = b.table(checked_identifier(&url, v)?);
+        }
+        Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+/// `redis://[:password@]host:port[/db][?prefix=PREFIX]`.
+#[cfg(feature = "redis")]
+fn open_redis(url: String) -> Opened {
+    Box::pin(async move {
+        let (driver_url, params) = take_params(&url, &["prefix"]);
+        let mut b = storage_lock_redis::RedisStorage::builder().url(driver_url);
+        for (_, v) in params {
+            b = b.prefix(v);
+        }
+        Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
     })
 }

@@ -11,6 +11,9 @@
 //! |---|---|---|
 //! | `memory:` | [`MemoryStorage`] (process-local, fresh per call) | always |
 //! | `sqlite://PATH[?table=NAME]` | `SqliteStorage` (processes on one host) | `sqlite` (default) |
+//! | `postgres://…[?table=NAME&schema=NAME]` | `PostgresStorage` | `postgres` |
+//! | `mysql://…[?table=NAME]` (also `mariadb://`) | `MysqlStorage` | `mysql` |
+//! | `redis://…[?prefix=PREFIX]` | `RedisStorage` | `redis` |
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,5 +45,11 @@ pub use storage_lock_core::{
     SweepReport, SystemClock, TimeSource, Timestamp, Version, Wait,
 };
 pub use storage_lock_core::{clock, contract, engine, fault, fenced, memory, storage};
+#[cfg(feature = "redis")]
+pub use storage_lock_redis::{RedisStorage, RedisStorageBuilder};
+#[cfg(feature = "mysql")]
+pub use storage_lock_sql::{MysqlStorage, MysqlStorageBuilder};
+#[cfg(feature = "postgres")]
+pub use storage_lock_sql::{PostgresStorage, PostgresStorageBuilder};
 #[cfg(feature = "sqlite")]
 pub use storage_lock_sql::{SqliteStorage, SqliteStorageBuilder};

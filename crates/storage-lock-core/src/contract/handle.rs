@@ -410,9 +410,15 @@ async fn watchdog(shared: Arc<Shared>, every: Duration) {
         if Instant::now() < next {
             continue;
         }
-        next = match shared.renew(shared.lease, false).await {
-            RenewalResult::Renewed { .. } => Instant::now() + every,
-            RenewalResult::Lost => Instant::now() + retry,
+        // A renewal still unanswered at the local deadline cannot save the hold.
+        let renewed = tokio::time::timeout_at(deadline, shared.renew(shared.lease, false)).await;
+        next = match renewed {
+            Ok(RenewalResult::Renewed { .. }) => Instant::now() + every,
+            Ok(RenewalResult::Lost) => Instant::now() + retry,
+            Err(_) => {
+                shared.check_deadline();
+                return;
+            }
         };
     }
 }

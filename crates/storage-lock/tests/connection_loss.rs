@@ -1,0 +1,100 @@
+//! Connection loss is fail-closed: with the server unreachable (every connection cut by a
+//! loopback proxy), a held handle turns lost no later than its local deadline and nothing
+//! panics; once the server is reachable again, new acquisitions work in the same process.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use storage_lock::{AcquireOptions, DistributedLock, Wait, connect};
+use storage_lock_testkit::proxy::Proxy;
+use tokio::time::{Instant, timeout};
+
+const LEASE: Duration = Duration::from_secs(2);
+
+/// `scheme://[userinfo@]host:port/rest` → (target address, URL through `proxy`).
+fn through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
+    let (scheme, rest) = url.split_once("://").expect("scheme://");
+    let (userinfo, hostpart) = match rest.rsplit_once('@') {
+        Some((u, h)) => (format!("{u}@"), h),
+        None => (String::new(), rest),
+    };
+    let (authority, tail) = hostpart.split_at(hostpart.find(['/', '?']).unwrap_or(hostpart.len()));
+    let target = authority
+        .replace("localhost", "127.0.0.1")
+        .parse()
+        .expect("host:port");
+    (target, format!("{scheme}://{userinfo}{proxy}{tail}"))
+}
+
+async fn fail_closed_and_recover(url_var: &str, params: &str) {
+    let url = std::env::var(url_var).unwrap_or_else(|_| panic!("{url_var} must be set"));
+    let (target, _) = through_proxy(&url, "127.0.0.1:1".parse().unwrap());
+    let proxy = Proxy::start(target).await.unwrap();
+    let (_, proxied) = through_proxy(&url, proxy.addr());
+    let proxied = format!("{proxied}{params}");
+    let locks = connect(&proxied).await.expect("connect through the proxy");
+    let name = format!("conn-loss-{:x}", rand_u64());
+    let opts = AcquireOptions::default()
+        .lease(LEASE)
+        .auto_renew(Duration::from_millis(400));
+    let h = locks
+        .try_acquire(&name, &opts)
+        .await
+        .unwrap()
+        .expect("free");
+
+    let cut = Instant::now();
+    proxy.cut();
+    timeout(LEASE + Duration::from_millis(500), h.lost())
+        .await
+        .expect("the handle must turn lost by its local deadline");
+    assert!(cut.elapsed() <= LEASE, "lost after {:?}", cut.elapsed());
+    assert!(h.is_lost());
+    // While cut off, acquisitions fail (or time out) instead of pretending.
+    let during = timeout(
+        Duration::from_secs(10),
+        locks.try_acquire(&name, &AcquireOptions::default().wait(Wait::None)),
+    )
+    .await;
+    assert!(
+        !matches!(during, Ok(Ok(Some(_)))),
+        "acquired while unreachable"
+    );
+
+    proxy.restore();
+    let again = timeout(Duration::from_secs(20), async {
+        loop {
+            match locks
+                .try_acquire(&name, &AcquireOptions::default().wait(Wait::For(LEASE * 2)))
+                .await
+            {
+                Ok(Some(h)) => return h,
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+    .await
+    .expect("acquirable again after the server came back");
+    assert!(again.fencing_token() > h.fencing_token());
+    again.release().await.unwrap();
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_connection_loss_is_fail_closed() {
+    fail_closed_and_recover("STORAGE_LOCK_POSTGRES_URL", "?table=storage_lock_suite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_connection_loss_is_fail_closed() {
+    fail_closed_and_recover("STORAGE_LOCK_MYSQL_URL", "?table=storage_lock_suite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_connection_loss_is_fail_closed() {
+    fail_closed_and_recover("STORAGE_LOCK_REDIS_URL", "?prefix=storage-lock-suite:").await;
+}

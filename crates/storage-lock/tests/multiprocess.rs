@@ -1,0 +1,65 @@
+//! Several OS processes contend on one storage; each does a non-atomic read-modify-write of a
+//! shared file under the lock and a fenced append (see `storage_lock_testkit::multiprocess`).
+//! SQLite always; PostgreSQL, MySQL/MariaDB and Redis when their features are on (their URLs
+//! come from the environment that `scripts/services.sh` sets up).
+
+use storage_lock_testkit::multiprocess;
+
+const PROCESSES: usize = 4;
+const ROUNDS: u32 = 50;
+
+/// Not a test on its own: the body of each worker process (returns at once otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_entry_point() {
+    let Some(dir) = multiprocess::worker_dir() else {
+        return;
+    };
+    let url = std::env::var(multiprocess::WORKER_URL_ENV).expect("worker URL");
+    let locks = storage_lock::connect(&url).await.expect("worker connects");
+    multiprocess::run_worker(&locks, "shared-file", &dir, multiprocess::worker_rounds()).await;
+}
+
+fn contend(url: &str) {
+    let dir = multiprocess::run_processes("worker_entry_point", url, PROCESSES, ROUNDS);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn env_url(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| panic!("{var} must be set (run scripts/test.sh)"))
+}
+
+#[test]
+fn sqlite_processes_exclude_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    contend(&format!(
+        "sqlite://{}",
+        dir.path().join("locks.db").display()
+    ));
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_processes_exclude_each_other() {
+    contend(&format!(
+        "{}?table=storage_lock_mp",
+        env_url("STORAGE_LOCK_POSTGRES_URL")
+    ));
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_processes_exclude_each_other() {
+    contend(&format!(
+        "{}?table=storage_lock_mp",
+        env_url("STORAGE_LOCK_MYSQL_URL")
+    ));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_processes_exclude_each_other() {
+    contend(&format!(
+        "{}?prefix=storage-lock-mp:",
+        env_url("STORAGE_LOCK_REDIS_URL")
+    ));
+}
