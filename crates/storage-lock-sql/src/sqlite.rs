@@ -131,11 +131,29 @@ impl SqliteStorageBuilder {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(self.busy_timeout);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(self.max_connections)
-            .connect_with(options)
-            .await
-            .map_err(|e| StorageError::backend(NAME, "open", format!("{}: {e}", path.display())))?;
+        // Switching a fresh file to WAL takes an exclusive lock that SQLite's busy timeout does
+        // not wait for, so when several processes create the file at once, all but one may get
+        // SQLITE_BUSY here: retry those (only those) for up to the busy timeout.
+        let started = std::time::Instant::now();
+        let pool = loop {
+            match SqlitePoolOptions::new()
+                .max_connections(self.max_connections)
+                .connect_with(options.clone())
+                .await
+            {
+                Ok(pool) => break pool,
+                Err(e) if is_busy(&e) && started.elapsed() < self.busy_timeout => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(e) => {
+                    return Err(StorageError::backend(
+                        NAME,
+                        "open",
+                        format!("{}: {e}", path.display()),
+                    ));
+                }
+            }
+        };
         let sql = Statements::new(&self.table);
         query(&sql.create_table)
             .execute(&pool)
@@ -246,6 +264,14 @@ impl Statements {
 
 fn err(operation: &'static str) -> impl Fn(sqlx::Error) -> StorageError {
     move |e| StorageError::backend(NAME, operation, e)
+}
+
+/// Whether `e` is SQLITE_BUSY (any extended variant): another connection holds a lock.
+fn is_busy(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == 5)
 }
 
 fn millis(t: Timestamp) -> i64 {
