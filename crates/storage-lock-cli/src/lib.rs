@@ -15,16 +15,19 @@
 //!
 //! Errors are one line on stderr (`storage-lock: error: …`) with a stable exit code (see
 //! [`exit`]); bad input is rejected before the storage is opened wherever possible.
+//!
+//! This library is the whole command; the `storage-lock` binary only calls [`main`]. Its
+//! modules are public for documentation and for the binary, not as a stable Rust API.
 
-mod cli;
-mod commands;
-mod exit;
-mod output;
-mod progress;
-mod run;
-mod signals;
-mod storage;
-mod token;
+pub mod cli;
+pub mod commands;
+pub mod exit;
+pub mod output;
+pub mod progress;
+pub mod run;
+pub mod signals;
+pub mod storage;
+pub mod token;
 
 use std::process::ExitCode;
 
@@ -34,7 +37,9 @@ use clap::error::ErrorKind;
 use crate::cli::{Cli, Command};
 use crate::exit::Failure;
 
-fn main() -> ExitCode {
+/// Runs the command line of this process and returns its exit code. Never panics on bad input;
+/// an internal panic is reported as one line and exits 70.
+pub fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         let info = info.to_string();
         eprintln!(
