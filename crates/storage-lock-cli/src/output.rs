@@ -5,6 +5,15 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 use storage_lock::{HolderInfo, LockRecord, Timestamp};
 
+/// Writes `line` and a newline to stdout. Unlike `println!`, a closed stdout (`| head`) is an
+/// error to handle, not a panic.
+pub fn emit(line: impl std::fmt::Display) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()
+}
+
 /// RFC 3339 in UTC with milliseconds, e.g. `2026-05-01T12:00:00.123Z`.
 pub fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_millis(at).to_string()

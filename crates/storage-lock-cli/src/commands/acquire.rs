@@ -63,18 +63,23 @@ pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Resul
         owner,
         fencing: hold.fencing_token,
     };
-    if args.json {
-        println!(
-            "{}",
-            json!({
-                "token": token.to_string(),
-                "name": token.name,
-                "fencing_token": hold.fencing_token,
-                "expires_at": output::rfc3339(hold.expires_at),
-            })
-        );
+    let printed = if args.json {
+        output::emit(json!({
+            "token": token.to_string(),
+            "name": token.name,
+            "fencing_token": hold.fencing_token,
+            "expires_at": output::rfc3339(hold.expires_at),
+        }))
     } else {
-        println!("{token}");
+        output::emit(&token)
+    };
+    if let Err(e) = printed {
+        // Nobody could ever release a hold whose token was not delivered: undo it.
+        let _ = opened.locks.unlock_reentrant(&token.name, owner).await;
+        return Err(Failure::new(
+            exit::INTERNAL,
+            format!("cannot print the lease token (the lock was released again): {e}"),
+        ));
     }
     Ok(0)
 }
@@ -91,16 +96,13 @@ pub async fn renew(args: RenewArgs, url: Option<&str>, quiet: bool) -> Result<u8
         .map_err(|e| Failure::lock("cannot renew the lock", &e))?
         .ok_or_else(|| not_held(&token))?;
     if args.json {
-        println!(
-            "{}",
-            json!({
-                "name": token.name,
-                "fencing_token": token.fencing,
-                "expires_at": output::rfc3339(expires_at),
-            })
-        );
+        let _ = output::emit(json!({
+            "name": token.name,
+            "fencing_token": token.fencing,
+            "expires_at": output::rfc3339(expires_at),
+        }));
     } else {
-        println!("{}", output::rfc3339(expires_at));
+        let _ = output::emit(output::rfc3339(expires_at));
     }
     Ok(0)
 }

@@ -45,7 +45,7 @@ pub async fn list(args: ListArgs, url: Option<&str>, quiet: bool) -> Result<u8, 
             .iter()
             .map(|(key, record)| output::record_json(key, record, now))
             .collect();
-        println!("{}", Value::Array(rows));
+        let _ = output::emit(Value::Array(rows));
         return Ok(0);
     }
     let mut out = std::io::stdout().lock();
@@ -83,15 +83,14 @@ pub async fn inspect(args: InspectArgs, url: Option<&str>, quiet: bool) -> Resul
         .map_err(|e| Failure::storage("cannot read the fencing floor", &e))?;
     let Some(stored) = stored else {
         if args.json {
-            println!(
-                "{}",
-                serde_json::json!({ "name": args.name, "state": "absent", "held": false, "fencing_floor": floor })
+            let _ = output::emit(
+                serde_json::json!({ "name": args.name, "state": "absent", "held": false, "fencing_floor": floor }),
             );
         } else {
-            println!(
+            let _ = output::emit(format_args!(
                 "{}: no record (never taken, or swept); a first hold gets a fencing token above {floor}",
                 args.name
-            );
+            ));
         }
         return Ok(0);
     };
@@ -101,7 +100,7 @@ pub async fn inspect(args: InspectArgs, url: Option<&str>, quiet: bool) -> Resul
         if let Value::Object(map) = &mut value {
             map.insert("fencing_floor".into(), floor.into());
         }
-        println!("{value}");
+        let _ = output::emit(value);
         return Ok(0);
     }
     let mut out = std::io::stdout().lock();

@@ -9,7 +9,7 @@ use storage_lock::HolderInfo;
 
 use crate::cli::SweepArgs;
 use crate::exit::Failure;
-use crate::storage;
+use crate::{output, storage};
 
 /// Runs `sweep`: prints `deleted N record(s); fencing floor F`.
 pub async fn sweep(args: SweepArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
@@ -19,9 +19,9 @@ pub async fn sweep(args: SweepArgs, url: Option<&str>, quiet: bool) -> Result<u8
         .sweep(&args.prefix, args.older_than)
         .await
         .map_err(|e| Failure::storage("cannot sweep", &e))?;
-    println!(
+    let _ = output::emit(format_args!(
         "deleted {} record(s); fencing floor {}",
         report.deleted, report.floor
-    );
+    ));
     Ok(0)
 }
