@@ -1,0 +1,246 @@
+//! The command line, as clap types.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use storage_lock::Wait;
+
+use crate::exit;
+
+/// Exit codes and environment, shown at the end of `--help`.
+const AFTER_HELP: &str = "\
+Exit codes:
+  0        success (`run`: the command exited 0)
+  N        `run`: the command's own exit code
+  128+N    `run`: the command was killed by signal N, or the wait was interrupted by it
+  2        usage error (bad arguments, unknown scheme, malformed URL, invalid name or token)
+  69       storage unavailable (cannot be opened or reached, or an operation failed)
+  75       not acquired: busy until the wait ran out (change with --conflict-exit-code)
+  76       lock lost while the command ran; token no longer holds its lock (renew/release)
+  70       internal error (a bug: please report it)
+  126/127  `run`: the command could not be executed / was not found
+
+Environment:
+  STORAGE_LOCK_URL   storage URL when --storage is not given
+  XDG_STATE_HOME     default storage: $XDG_STATE_HOME/storage-lock/locks.db
+                     (else $HOME/.local/state/storage-lock/locks.db), created on first use
+  RUST_LOG           log filter used with -v (tracing env-filter syntax)
+`run` exports to the command: STORAGE_LOCK_NAME, STORAGE_LOCK_FENCING_TOKEN,
+STORAGE_LOCK_EXPIRES_AT (RFC 3339, UTC, expiry at acquisition; renewals extend it).";
+
+/// A distributed flock(1): hold a named lock in a shared storage while a command runs.
+#[derive(Debug, Parser)]
+#[command(name = "storage-lock", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Storage URL (`sqlite://PATH`, `memory:`, …). Default: an embedded SQLite file under
+    /// $XDG_STATE_HOME (or ~/.local/state)/storage-lock/locks.db.
+    #[arg(long, global = true, env = "STORAGE_LOCK_URL", value_name = "URL")]
+    pub storage: Option<String>,
+    /// No progress indicator or notices on stderr (errors are still reported).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Log to stderr via tracing (-v: debug, -vv: trace; RUST_LOG overrides).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding NAME (renewed automatically; released when it exits).
+    Run(RunArgs),
+    /// Take NAME and print a lease token for `renew` / `release` (the hold outlives this process).
+    Acquire(AcquireArgs),
+    /// Extend the hold of a lease token (exit 76 if it no longer holds the lock).
+    Renew(RenewArgs),
+    /// Release the hold of a lease token (exit 76 if it no longer holds the lock).
+    Release(ReleaseArgs),
+    /// List held locks.
+    List(ListArgs),
+    /// Show the full record of one lock, including a released lock's last fencing token.
+    Inspect(InspectArgs),
+    /// Delete records of locks free for at least --older-than (the fencing floor is preserved).
+    Sweep(SweepArgs),
+}
+
+/// How long to wait for a busy lock (default: forever, like flock(1)).
+#[derive(Debug, Clone, Copy, Args)]
+#[group(multiple = false)]
+pub struct WaitArgs {
+    /// Wait at most DUR for a busy lock (e.g. 500ms, 30s, 2m).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// Fail at once if the lock is busy.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Wait until the lock is free (the default).
+    #[arg(long)]
+    pub wait_forever: bool,
+}
+
+impl WaitArgs {
+    /// The wait these flags select (forever when none is given).
+    pub fn to_wait(self) -> Wait {
+        match (self.wait, self.no_wait) {
+            (Some(d), _) => Wait::For(d),
+            (None, true) => Wait::None,
+            (None, false) => Wait::Forever,
+        }
+    }
+}
+
+/// `run`'s arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock name.
+    pub name: String,
+    /// How long to wait.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    /// How long a hold lasts without renewal; a crashed holder frees the lock after this.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub lease: Duration,
+    /// Renewal interval (default: a third of the lease; must be shorter than the lease).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub renew: Option<Duration>,
+    /// Note stored with the hold, shown by `list` and `inspect` (default: the command line).
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+    /// After losing the lock: time between SIGTERM and SIGKILL to the command.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub kill_grace: Duration,
+    /// Exit code when the lock is not acquired in time.
+    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    pub conflict_exit_code: u8,
+    /// The command and its arguments (after `--`).
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `acquire`'s arguments.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// The lock name.
+    pub name: String,
+    /// How long to wait.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    /// How long the hold lasts unless renewed with `renew`.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub lease: Duration,
+    /// Note stored with the hold, shown by `list` and `inspect`.
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+    /// Exit code when the lock is not acquired in time.
+    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    pub conflict_exit_code: u8,
+    /// Print a JSON object (token, name, fencing_token, expires_at) instead of the bare token.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `renew`'s arguments.
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    /// The lease token printed by `acquire`.
+    pub token: String,
+    /// The new lease, counted from now.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
+    pub lease: Duration,
+    /// Print a JSON object instead of the bare expiry.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `release`'s arguments.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The lease token printed by `acquire`.
+    pub token: String,
+}
+
+/// `list`'s arguments.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only locks whose name starts with this.
+    #[arg(default_value = "")]
+    pub prefix: String,
+    /// Print a JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `inspect`'s arguments.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The lock name.
+    pub name: String,
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `sweep`'s arguments.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Delete records that have been free for at least this long.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub older_than: Duration,
+    /// Only locks whose name starts with this.
+    #[arg(default_value = "")]
+    pub prefix: String,
+}
+
+/// Parses a humantime duration (`500ms`, `30s`, `2m`, `1h 30m`).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 500ms, 30s, 2m)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_dashes() {
+        let cli = Cli::try_parse_from([
+            "storage-lock",
+            "run",
+            "job",
+            "--no-wait",
+            "--",
+            "echo",
+            "--lease",
+        ])
+        .expect("valid");
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert!(run.wait.no_wait);
+        assert_eq!(run.command, ["echo", "--lease"]);
+        assert_eq!(run.lease, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn wait_flags_exclude_each_other() {
+        let r = Cli::try_parse_from([
+            "storage-lock",
+            "acquire",
+            "job",
+            "--no-wait",
+            "--wait",
+            "1s",
+        ]);
+        assert!(r.is_err());
+    }
+}

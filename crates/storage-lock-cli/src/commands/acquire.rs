@@ -1,0 +1,140 @@
+//! `acquire`, `renew` and `release`: holds that outlive the process, for shell scripts.
+//!
+//! `acquire` takes one level of the lock with the reentrant API under a fresh random owner id
+//! and prints a [`LeaseToken`] carrying that id; nothing renews the hold afterwards, so it lasts
+//! `--lease` unless the script calls `renew TOKEN` in time. The hold's recorded pid is the
+//! *parent* of this process (the script that holds the lock), not this short-lived process.
+//!
+//! ```sh
+//! token=$(storage-lock acquire nightly --wait 1m --lease 10m) || exit
+//! trap 'storage-lock release "$token"' EXIT
+//! do_work; storage-lock renew "$token" --lease 10m; do_more_work
+//! ```
+
+use serde_json::json;
+use storage_lock::{AcquireOptions, HolderInfo, OwnerId};
+use tokio::time::Instant;
+
+use super::{busy_notice, validate_lease, validate_name};
+use crate::cli::{AcquireArgs, ReleaseArgs, RenewArgs};
+use crate::exit::{self, Failure};
+use crate::token::LeaseToken;
+use crate::{output, progress, storage};
+
+/// The holder recorded for script-held locks: this host, the calling script's pid.
+fn script_holder() -> HolderInfo {
+    HolderInfo {
+        pid: std::os::unix::process::parent_id(),
+        ..HolderInfo::this_process()
+    }
+}
+
+/// Runs `acquire`: prints the token (or a JSON object) on stdout; returns the exit code.
+pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
+    validate_name(&args.name)?;
+    validate_lease("--lease", args.lease)?;
+    let mut options = AcquireOptions::default()
+        .wait(args.wait.to_wait())
+        .lease(args.lease);
+    options.note = args.note;
+    let opened = storage::open(url, script_holder(), quiet).await?;
+    let owner = OwnerId::random();
+    let started = Instant::now();
+    let hold = progress::while_waiting(
+        progress::enabled(quiet),
+        opened.storage.as_ref(),
+        &args.name,
+        opened.locks.lock_reentrant(&args.name, owner, &options),
+    )
+    .await
+    .map_err(|e| Failure::lock("cannot acquire the lock", &e))?;
+    let Some(hold) = hold else {
+        busy_notice(
+            quiet,
+            opened.storage.as_ref(),
+            &args.name,
+            started.elapsed(),
+        )
+        .await;
+        return Ok(args.conflict_exit_code);
+    };
+    let token = LeaseToken {
+        name: args.name,
+        owner,
+        fencing: hold.fencing_token,
+    };
+    let printed = if args.json {
+        output::emit(json!({
+            "token": token.to_string(),
+            "name": token.name,
+            "fencing_token": hold.fencing_token,
+            "expires_at": output::rfc3339(hold.expires_at),
+        }))
+    } else {
+        output::emit(&token)
+    };
+    if let Err(e) = printed {
+        // Nobody could ever release a hold whose token was not delivered: undo it.
+        let _ = opened.locks.unlock_reentrant(&token.name, owner).await;
+        return Err(Failure::new(
+            exit::INTERNAL,
+            format!("cannot print the lease token (the lock was released again): {e}"),
+        ));
+    }
+    Ok(0)
+}
+
+/// Runs `renew`: prints the new expiry; exit 76 if the token no longer holds its lock.
+pub async fn renew(args: RenewArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
+    let token = parse(&args.token)?;
+    validate_lease("--lease", args.lease)?;
+    let opened = storage::open(url, script_holder(), quiet).await?;
+    let expires_at = opened
+        .locks
+        .renew_reentrant(&token.name, token.owner, args.lease)
+        .await
+        .map_err(|e| Failure::lock("cannot renew the lock", &e))?
+        .ok_or_else(|| not_held(&token))?;
+    if args.json {
+        let _ = output::emit(json!({
+            "name": token.name,
+            "fencing_token": token.fencing,
+            "expires_at": output::rfc3339(expires_at),
+        }));
+    } else {
+        let _ = output::emit(output::rfc3339(expires_at));
+    }
+    Ok(0)
+}
+
+/// Runs `release`; exit 76 if the token no longer holds its lock.
+pub async fn release(args: ReleaseArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
+    let token = parse(&args.token)?;
+    let opened = storage::open(url, script_holder(), quiet).await?;
+    match opened
+        .locks
+        .unlock_reentrant(&token.name, token.owner)
+        .await
+    {
+        Ok(_) => Ok(0),
+        Err(storage_lock::LockError::NotHeld { .. }) => Err(not_held(&token)),
+        Err(e) => Err(Failure::lock("cannot release the lock", &e)),
+    }
+}
+
+fn parse(token: &str) -> Result<LeaseToken, Failure> {
+    let token: LeaseToken = token.parse().map_err(Failure::usage)?;
+    validate_name(&token.name)?;
+    Ok(token)
+}
+
+fn not_held(token: &LeaseToken) -> Failure {
+    Failure::new(
+        exit::LOST,
+        format!(
+            "lock {:?} is no longer held by this token (fencing token {}): it was released, \
+             or its lease ran out",
+            token.name, token.fencing
+        ),
+    )
+}

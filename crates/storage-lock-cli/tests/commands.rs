@@ -1,0 +1,169 @@
+//! `acquire` / `renew` / `release` from a shell script, `list --json`, and bad input, end to end
+//! on the real binary.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{BIN, cli, output_within, unique, urls};
+
+const LIMIT: Duration = Duration::from_secs(15);
+
+#[test]
+fn acquire_renew_release_round_trip_from_a_shell_script() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let name = unique("script");
+        let script = r#"
+            set -u
+            sl() { "$BIN" --storage "$URL" "$@"; }
+            token=$(sl acquire "$NAME" --no-wait --lease 10s) || { echo "acquire failed"; exit 1; }
+            sl acquire "$NAME" --no-wait 2>/dev/null; echo "busy=$?"
+            sl renew "$token" --lease 20s >/dev/null; echo "renew=$?"
+            sl release "$token"; echo "release=$?"
+            again=$(sl acquire "$NAME" --no-wait) ; echo "free=$?"
+            sl release "$again"
+            sl release "$token" 2>/dev/null; echo "release-again=$?"
+            sl renew "$token" 2>/dev/null >/dev/null; echo "renew-released=$?"
+        "#;
+        let out = output_within(
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .env("BIN", BIN)
+                .env("URL", &url)
+                .env("NAME", &name)
+                .env("HOME", dir.path())
+                .stdin(std::process::Stdio::null()),
+            LIMIT,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{url}: {out:?}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "busy=75",
+                "renew=0",
+                "release=0",
+                "free=0",
+                "release-again=76",
+                "renew-released=76"
+            ],
+            "{url}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn list_json_shows_a_held_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let name = unique("listed");
+        let out = output_within(
+            &mut cli(
+                dir.path(),
+                &url,
+                &["acquire", &name, "--json", "--note", "nightly build"],
+            ),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        let acquired: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let token = acquired["token"].as_str().unwrap().to_owned();
+
+        let out = output_within(
+            &mut cli(dir.path(), &url, &["list", &name, "--json"]),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = listed.as_array().expect("an array");
+        let row = rows
+            .iter()
+            .find(|r| r["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("{url}: {name} not listed: {listed}"));
+        assert_eq!(row["held"], true);
+        assert_eq!(row["fencing_token"], acquired["fencing_token"]);
+        assert_eq!(row["holder"]["note"], "nightly build");
+        assert!(row["time_left_ms"].as_u64().unwrap() > 0);
+        assert!(
+            !listed.to_string().contains(&token[3..35]),
+            "{url}: list must not reveal the owner id"
+        );
+
+        let out = output_within(&mut cli(dir.path(), &url, &["release", &token]), LIMIT);
+        assert!(out.status.success(), "{url}: {out:?}");
+        let out = output_within(
+            &mut cli(dir.path(), &url, &["list", &name, "--json"]),
+            LIMIT,
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "{url}");
+    }
+}
+
+/// Asserts a failed run: non-zero `code`, exactly one line on stderr, no panic.
+fn assert_one_line_error(what: &str, out: &std::process::Output, code: i32) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{what}: {stderr:?}");
+    assert!(
+        stderr.starts_with("storage-lock: error: "),
+        "{what}: {stderr:?}"
+    );
+    assert!(!stderr.contains("panicked"), "{what}: {stderr:?}");
+}
+
+#[test]
+fn bad_input_gets_one_line_and_a_stable_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_file = format!("sqlite://{}", dir.path().display());
+    let unreadable = "sqlite:///proc/storage-lock-test/locks.db".to_owned();
+    for (what, url, code) in [
+        ("unknown scheme", "nosuch://host/x".to_owned(), 2),
+        ("malformed URL", "sqlite:".to_owned(), 2),
+        ("no scheme", "just-a-path".to_owned(), 2),
+        ("bad option", "sqlite:///tmp/x.db?colour=red".to_owned(), 2),
+        ("unreadable SQLite path", unreadable, 69),
+        ("SQLite path is a directory", not_a_file, 69),
+    ] {
+        let out = output_within(
+            &mut cli(dir.path(), &url, &["run", "job", "--", "true"]),
+            LIMIT,
+        );
+        assert_one_line_error(what, &out, code);
+    }
+
+    for url in urls(dir.path()) {
+        let name = unique("bad");
+        for (what, args, code) in [
+            ("empty name", vec!["run", "", "--", "true"], 2),
+            ("blank name", vec!["acquire", "  "], 2),
+            (
+                "--renew >= --lease",
+                vec!["run", &name, "--lease", "1s", "--renew", "1s", "--", "true"],
+                2,
+            ),
+            (
+                "bad duration",
+                vec!["run", &name, "--lease", "5x", "--", "true"],
+                2,
+            ),
+            ("no command", vec!["run", &name], 2),
+            ("malformed token", vec!["release", "v1.nope"], 2),
+            (
+                "not found",
+                vec!["run", &name, "--", "/no/such/command"],
+                127,
+            ),
+        ] {
+            let out = output_within(&mut cli(dir.path(), &url, &args), LIMIT);
+            assert_one_line_error(&format!("{url}: {what}"), &out, code);
+        }
+        // Nothing was left held by any of them.
+        let out = output_within(
+            &mut cli(dir.path(), &url, &["list", &name, "--json"]),
+            LIMIT,
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "{url}");
+    }
+}

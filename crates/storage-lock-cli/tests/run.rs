@@ -1,0 +1,216 @@
+//! `storage-lock run` end to end: the real binary, real processes, a real SQLite file (and any
+//! storage in `STORAGE_LOCK_TEST_URLS`).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use support::{cli, file, inspect, is_held, kill, read, unique, urls, wait_until, wait_within};
+
+/// A child script that records its start/end times (ns since the epoch) and its fencing token
+/// into `$OUT.*`, holding the lock for `hold` seconds.
+fn recording_script(hold: &str) -> String {
+    format!(
+        "date +%s%N > \"$OUT.start\"; echo \"$STORAGE_LOCK_FENCING_TOKEN\" > \"$OUT.token\"; \
+         sleep {hold}; date +%s%N > \"$OUT.end\""
+    )
+}
+
+#[test]
+fn two_runs_on_one_name_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let name = unique("turns");
+        let script = recording_script("0.7");
+        let start = |who: &str| {
+            cli(
+                dir.path(),
+                &url,
+                &["run", &name, "--wait", "15s", "--", "sh", "-c", &script],
+            )
+            .env("OUT", file(dir.path(), who))
+            .spawn()
+            .unwrap()
+        };
+        let mut a = start("a");
+        let mut b = start("b");
+        assert!(
+            wait_within(&mut a, Duration::from_secs(20)).success(),
+            "{url}"
+        );
+        assert!(
+            wait_within(&mut b, Duration::from_secs(20)).success(),
+            "{url}"
+        );
+
+        let span = |who: &str| {
+            let n = |part: &str| -> u128 {
+                read(&file(dir.path(), &format!("{who}.{part}")))
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{url}: {who}.{part} missing"))
+            };
+            (n("start"), n("end"), n("token"))
+        };
+        let (first, second) = {
+            let (a, b) = (span("a"), span("b"));
+            if a.0 <= b.0 { (a, b) } else { (b, a) }
+        };
+        assert!(
+            first.1 <= second.0,
+            "{url}: the runs overlapped: {first:?} {second:?}"
+        );
+        assert!(
+            second.2 > first.2,
+            "{url}: the second token must be higher: {first:?} {second:?}"
+        );
+        eprintln!(
+            "{url}: hand-off from the first child's end to the second child's start: {:.1} ms",
+            (second.0 - first.1) as f64 / 1e6
+        );
+    }
+}
+
+#[test]
+fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let name = unique("no-wait");
+        let mut holder = cli(dir.path(), &url, &["run", &name, "--", "sleep", "30"])
+            .spawn()
+            .unwrap();
+        wait_until(Duration::from_secs(10), "the holder", || {
+            is_held(dir.path(), &url, &name)
+        });
+
+        for (extra, code) in [(None, 75), (Some("9"), 9)] {
+            let mut args = vec!["run", &name, "--no-wait"];
+            if let Some(code) = extra {
+                args.extend(["--conflict-exit-code", code]);
+            }
+            args.extend(["--", "true"]);
+            let started = Instant::now();
+            let out =
+                support::output_within(&mut cli(dir.path(), &url, &args), Duration::from_secs(10));
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "{url}: took {:?}",
+                started.elapsed()
+            );
+            assert_eq!(out.status.code(), Some(code), "{url}: {out:?}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("not acquired"), "{url}: {stderr}");
+        }
+
+        kill(holder.id(), Signal::SIGTERM);
+        wait_within(&mut holder, Duration::from_secs(10));
+    }
+}
+
+#[test]
+fn a_paused_holder_loses_the_lock_and_stops_its_command() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let name = unique("paused");
+        let tok1 = file(dir.path(), "tok1");
+        let tok2 = file(dir.path(), "tok2");
+        let mut holder = cli(
+            dir.path(),
+            &url,
+            &[
+                "run",
+                &name,
+                "--lease",
+                "1s",
+                "--renew",
+                "300ms",
+                "--kill-grace",
+                "2s",
+                "--",
+                "sh",
+                "-c",
+                "echo $STORAGE_LOCK_FENCING_TOKEN > \"$TOK\"; exec sleep 30",
+            ],
+        )
+        .env("TOK", &tok1)
+        .spawn()
+        .unwrap();
+        wait_until(Duration::from_secs(10), "the holder's child", || {
+            !read(&tok1).is_empty()
+        });
+
+        kill(holder.id(), Signal::SIGSTOP);
+        let out = support::output_within(
+            cli(
+                dir.path(),
+                &url,
+                &[
+                    "run",
+                    &name,
+                    "--wait",
+                    "10s",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo $STORAGE_LOCK_FENCING_TOKEN > \"$TOK\"",
+                ],
+            )
+            .env("TOK", &tok2),
+            Duration::from_secs(15),
+        );
+        // Keep the holder stopped until the waiter is done, so the lease surely ran out.
+        kill(holder.id(), Signal::SIGCONT);
+        assert!(out.status.success(), "{url}: waiter failed: {out:?}");
+        let (t1, t2): (u64, u64) = (read(&tok1).parse().unwrap(), read(&tok2).parse().unwrap());
+        assert!(t2 > t1, "{url}: tokens {t1} then {t2}");
+
+        let resumed = Instant::now();
+        let status = wait_within(&mut holder, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(76), "{url}: holder {status:?}");
+        assert!(
+            resumed.elapsed() < Duration::from_secs(5),
+            "{url}: the holder took {:?} to stop after resuming",
+            resumed.elapsed()
+        );
+    }
+}
+
+#[test]
+fn sigterm_reaches_the_command_and_the_lock_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let name = unique("sigterm");
+        let ready = file(dir.path(), "ready");
+        let marker = file(dir.path(), "marker");
+        let _ = std::fs::remove_file(&ready);
+        let _ = std::fs::remove_file(&marker);
+        let mut holder = cli(
+            dir.path(),
+            &url,
+            &[
+                "run",
+                &name,
+                "--",
+                "sh",
+                "-c",
+                "trap 'echo got-term > \"$MARKER\"; exit 7' TERM; touch \"$READY\"; \
+                 while :; do sleep 0.1; done",
+            ],
+        )
+        .env("READY", &ready)
+        .env("MARKER", &marker)
+        .spawn()
+        .unwrap();
+        wait_until(Duration::from_secs(10), "the child to be ready", || {
+            ready.exists()
+        });
+        assert!(is_held(dir.path(), &url, &name), "{url}");
+
+        kill(holder.id(), Signal::SIGTERM);
+        let status = wait_within(&mut holder, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(7), "{url}: the child's own exit code");
+        assert_eq!(read(&marker), "got-term", "{url}");
+        let record = inspect(dir.path(), &url, &name);
+        assert_eq!(record["state"], "released", "{url}: {record}");
+    }
+}

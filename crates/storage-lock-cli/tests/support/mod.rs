@@ -1,0 +1,132 @@
+//! Helpers for driving the real `storage-lock` binary.
+//!
+//! Every test runs once per storage URL from [`urls`]: a fresh SQLite file always, plus every URL
+//! in `STORAGE_LOCK_TEST_URLS` (space-separated) — adding a backend is one entry there. Lock
+//! names are unique per call of [`unique`], so tests may share an external storage.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_storage-lock");
+
+/// The storage URLs to test against: SQLite in `dir`, then `STORAGE_LOCK_TEST_URLS`.
+pub fn urls(dir: &Path) -> Vec<String> {
+    let mut urls = vec![format!("sqlite://{}", dir.join("locks.db").display())];
+    if let Ok(extra) = std::env::var("STORAGE_LOCK_TEST_URLS") {
+        urls.extend(extra.split_whitespace().map(str::to_owned));
+    }
+    urls
+}
+
+/// A lock name no other test (or earlier run) uses.
+pub fn unique(base: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{base}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `storage-lock --storage URL ARGS…` with a clean environment: no `STORAGE_LOCK_URL`, `HOME`
+/// in `dir` (so a missing `--storage` could never touch the real default file), stdin closed.
+pub fn cli(dir: &Path, url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--storage")
+        .arg(url)
+        .args(args)
+        .env_remove("STORAGE_LOCK_URL")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("RUST_LOG")
+        .env("HOME", dir)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` to completion (at most `limit`), capturing its output.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn storage-lock");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("wait for storage-lock"),
+        Err(_) => {
+            kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("storage-lock did not finish within {limit:?}");
+        }
+    }
+}
+
+/// Waits for `child` at most `limit`; kills it and panics if it is still running.
+pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} did not exit within {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `cond` every 20 ms for at most `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `signal` to process `pid`.
+pub fn kill(pid: u32, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+    let _ = nix::sys::signal::kill(pid, signal);
+}
+
+/// `inspect NAME --json` as JSON.
+pub fn inspect(dir: &Path, url: &str, name: &str) -> serde_json::Value {
+    let out = output_within(
+        &mut cli(dir, url, &["inspect", name, "--json"]),
+        Duration::from_secs(10),
+    );
+    assert!(out.status.success(), "inspect failed: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("inspect --json parses")
+}
+
+/// Whether `name` is held right now.
+pub fn is_held(dir: &Path, url: &str, name: &str) -> bool {
+    inspect(dir, url, name)["held"] == serde_json::Value::Bool(true)
+}
+
+/// Reads a file a child script wrote, trimmed (empty if missing).
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// A path in `dir`.
+pub fn file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
