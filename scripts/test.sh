@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace: unit, integration (both suites on every backend compiled in),
-# the multi-process test, doc tests, and a compile check of the benchmarks.
-#
-# Backends that need a server get it from scripts/services.sh once they land; today every
-# backend (memory, SQLite) is embedded, so nothing has to be installed or started.
+# Runs every test of the workspace against real servers: unit and integration tests (both suites
+# on memory, SQLite, PostgreSQL, MySQL/MariaDB and Redis, the multi-process tests, the
+# connection-loss tests, the CLI's end-to-end tests on every backend), doc tests, and a build of
+# the benchmarks. scripts/services.sh starts the servers if needed; one that stays unreachable
+# fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/services.sh
 cargo test --workspace --all-features --all-targets
 cargo test --workspace --all-features --doc

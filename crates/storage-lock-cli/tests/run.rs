@@ -20,7 +20,8 @@ fn recording_script(hold: &str) -> String {
 #[test]
 fn two_runs_on_one_name_take_turns() {
     let dir = tempfile::tempdir().unwrap();
-    for url in urls(dir.path()) {
+    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+        let dir = &support::Scratch::new(dir.path(), i);
         let name = unique("turns");
         let script = recording_script("0.7");
         let start = |who: &str| {
@@ -74,7 +75,8 @@ fn two_runs_on_one_name_take_turns() {
 #[test]
 fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    for url in urls(dir.path()) {
+    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+        let dir = &support::Scratch::new(dir.path(), i);
         let name = unique("no-wait");
         let mut holder = cli(dir.path(), &url, &["run", &name, "--", "sleep", "30"])
             .spawn()
@@ -110,7 +112,8 @@ fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
 #[test]
 fn a_paused_holder_loses_the_lock_and_stops_its_command() {
     let dir = tempfile::tempdir().unwrap();
-    for url in urls(dir.path()) {
+    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+        let dir = &support::Scratch::new(dir.path(), i);
         let name = unique("paused");
         let tok1 = file(dir.path(), "tok1");
         let tok2 = file(dir.path(), "tok2");
@@ -178,7 +181,8 @@ fn a_paused_holder_loses_the_lock_and_stops_its_command() {
 #[test]
 fn sigterm_reaches_the_command_and_the_lock_is_released() {
     let dir = tempfile::tempdir().unwrap();
-    for url in urls(dir.path()) {
+    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+        let dir = &support::Scratch::new(dir.path(), i);
         let name = unique("sigterm");
         let ready = file(dir.path(), "ready");
         let marker = file(dir.path(), "marker");

@@ -96,8 +96,10 @@ impl RedisStorageBuilder {
 
     /// A builder from `STORAGE_LOCK_REDIS_URL` and `STORAGE_LOCK_REDIS_PREFIX` (each optional).
     pub fn from_env() -> Self {
-        let mut b = Self::default();
-        b.url = std::env::var("STORAGE_LOCK_REDIS_URL").ok();
+        let mut b = Self {
+            url: std::env::var("STORAGE_LOCK_REDIS_URL").ok(),
+            ..Self::default()
+        };
         if let Ok(p) = std::env::var("STORAGE_LOCK_REDIS_PREFIX") {
             b.prefix = p;
         }

@@ -74,8 +74,10 @@ impl MysqlStorageBuilder {
 
     /// A builder from `STORAGE_LOCK_MYSQL_URL` and `STORAGE_LOCK_MYSQL_TABLE` (each optional).
     pub fn from_env() -> Self {
-        let mut b = Self::default();
-        b.url = std::env::var("STORAGE_LOCK_MYSQL_URL").ok();
+        let mut b = Self {
+            url: std::env::var("STORAGE_LOCK_MYSQL_URL").ok(),
+            ..Self::default()
+        };
         if let Ok(t) = std::env::var("STORAGE_LOCK_MYSQL_TABLE") {
             b.table = t;
         }

@@ -69,9 +69,11 @@ impl PostgresStorageBuilder {
     /// A builder from `STORAGE_LOCK_POSTGRES_URL`, `STORAGE_LOCK_POSTGRES_SCHEMA` and
     /// `STORAGE_LOCK_POSTGRES_TABLE` (each optional).
     pub fn from_env() -> Self {
-        let mut b = Self::default();
-        b.url = std::env::var("STORAGE_LOCK_POSTGRES_URL").ok();
-        b.schema = std::env::var("STORAGE_LOCK_POSTGRES_SCHEMA").ok();
+        let mut b = Self {
+            url: std::env::var("STORAGE_LOCK_POSTGRES_URL").ok(),
+            schema: std::env::var("STORAGE_LOCK_POSTGRES_SCHEMA").ok(),
+            ..Self::default()
+        };
         if let Ok(t) = std::env::var("STORAGE_LOCK_POSTGRES_TABLE") {
             b.table = t;
         }

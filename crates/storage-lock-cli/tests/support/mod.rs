@@ -130,3 +130,21 @@ pub fn read(path: &Path) -> String {
 pub fn file(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }
+
+/// A fresh directory per backend inside a test's temp dir, so files one backend's run wrote
+/// are never mistaken for the next one's.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// Creates `base/u<i>`.
+    pub fn new(base: &Path, i: usize) -> Self {
+        let dir = base.join(format!("u{i}"));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Self(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis) if they are not
+# running, creates the test database if missing, and exports the URLs the tests read:
+#   STORAGE_LOCK_POSTGRES_URL  STORAGE_LOCK_MYSQL_URL  STORAGE_LOCK_REDIS_URL
+#   STORAGE_LOCK_TEST_URLS (the CLI's end-to-end tests run against each)
+# Source it (`. scripts/services.sh`). A server that cannot be reached afterwards is an error:
+# the caller fails, it never skips.
+#
+# URLs already set in the environment are used as they are (point them at your own servers).
+
+: "${STORAGE_LOCK_POSTGRES_URL:=postgres://postgres@127.0.0.1:5432/test}"
+: "${STORAGE_LOCK_MYSQL_URL:=mysql://root@127.0.0.1:3306/test}"
+: "${STORAGE_LOCK_REDIS_URL:=redis://127.0.0.1:6379/}"
+export STORAGE_LOCK_POSTGRES_URL STORAGE_LOCK_MYSQL_URL STORAGE_LOCK_REDIS_URL
+
+sl_wait_for() { # name, probe command...
+  local name=$1; shift
+  for _ in $(seq 1 60); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  echo "services.sh: $name is not reachable" >&2
+  return 1
+}
+
+sl_install() { # debian packages, installed only if their command is missing
+  command -v apt-get >/dev/null || { echo "services.sh: cannot install $* (no apt-get)" >&2; return 1; }
+  [ -n "${SL_APT_UPDATED:-}" ] || { apt-get update -qq >/dev/null && SL_APT_UPDATED=1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+sl_postgres() {
+  pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1 && return 0
+  command -v pg_ctlcluster >/dev/null || sl_install postgresql postgresql-client || return 1
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+  sl_wait_for PostgreSQL pg_isready -h 127.0.0.1 -p 5432 || return 1
+}
+
+sl_mariadb() {
+  mariadb -h 127.0.0.1 -u root -e 'SELECT 1' >/dev/null 2>&1 && return 0
+  command -v mariadbd >/dev/null || sl_install mariadb-server mariadb-client || return 1
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql || true
+  sl_wait_for MariaDB mariadb -h 127.0.0.1 -u root -e 'SELECT 1' || return 1
+}
+
+sl_redis() {
+  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && return 0
+  command -v redis-server >/dev/null || sl_install redis-server || return 1
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
+  sl_wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping || return 1
+}
+
+sl_databases() {
+  psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" | grep -q 1 \
+    || psql -h 127.0.0.1 -U postgres -d postgres -c 'CREATE DATABASE test' >/dev/null || return 1
+  mariadb -h 127.0.0.1 -u root -e 'CREATE DATABASE IF NOT EXISTS test' || return 1
+}
+
+sl_postgres && sl_mariadb && sl_redis && sl_databases || return 1 2>/dev/null || exit 1
+
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli:"
