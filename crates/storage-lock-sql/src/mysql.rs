@@ -28,8 +28,8 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, HolderInfo, OwnerId, ReleaseOutcome,
-    RenewOutcome, StorageError, Timestamp,
+    AcquireOutcome, AcquireRequest, Capabilities, OwnerId, ReleaseOutcome, RenewOutcome,
+    StorageError, Timestamp,
 };
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
@@ -302,21 +302,7 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
                     expires_at: timestamp(int(3)?),
                 });
             }
-            let holder = r
-                .try_get::<Option<String>, _>(4)
-                .map_err(|e| corrupt(key, e))?
-                .map(|host| {
-                    Arc::new(HolderInfo {
-                        host,
-                        pid: r
-                            .try_get::<Option<i64>, _>(5)
-                            .ok()
-                            .flatten()
-                            .and_then(|p| u32::try_from(p).ok())
-                            .unwrap_or(0),
-                        note: r.try_get::<Option<String>, _>(6).ok().flatten(),
-                    })
-                });
+            let holder = crate::row::holder_at(&r, 4);
             return Ok(AcquireOutcome::Busy {
                 expires_at: timestamp(int(3)?),
                 now: timestamp(int(7)?),

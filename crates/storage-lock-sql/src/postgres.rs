@@ -359,21 +359,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                     expires_at: timestamp(int(3)?),
                 });
             }
-            let holder = r
-                .try_get::<Option<String>, _>(4)
-                .map_err(|e| corrupt(key, e))?
-                .map(|host| {
-                    Arc::new(storage_lock_core::HolderInfo {
-                        host,
-                        pid: r
-                            .try_get::<Option<i64>, _>(5)
-                            .ok()
-                            .flatten()
-                            .and_then(|p| u32::try_from(p).ok())
-                            .unwrap_or(0),
-                        note: r.try_get::<Option<String>, _>(6).ok().flatten(),
-                    })
-                });
+            let holder = crate::row::holder_at(&r, 4);
             return Ok(AcquireOutcome::Busy {
                 expires_at: timestamp(int(3)?),
                 now: timestamp(int(7)?),

@@ -55,6 +55,24 @@ pub(crate) fn corrupt(key: &str, reason: impl std::fmt::Display) -> StorageError
     }
 }
 
+/// The holder columns (`holder_host`, `holder_pid`, `holder_note`) at `first..first + 3` of a
+/// row, as the holder info they describe (none without a host).
+pub(crate) fn holder_at<'r, R>(row: &'r R, first: usize) -> Option<Arc<HolderInfo>>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let host = row.try_get::<Option<String>, _>(first).ok().flatten()?;
+    let pid: Option<i64> = row.try_get(first + 1).ok().flatten();
+    Some(Arc::new(HolderInfo {
+        host,
+        pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        note: row.try_get(first + 2).ok().flatten(),
+    }))
+}
+
 /// Decodes the [`COLUMNS`] of a row.
 pub(crate) fn decode<'r, R>(key: &str, row: &'r R) -> Result<Stored, StorageError>
 where

@@ -1,3 +1,4 @@
+#![allow(missing_docs)]
 //! Ratios and latencies measured in one run, printed as a table for BENCHMARKS.md:
 //!
 //! * uncontended acquire+release: memory engine vs naive `Mutex<HashMap>` table (median of
@@ -11,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use storage_lock::{AcquireOptions, DistributedLock, MemoryStorage, Storage, StorageLock, Wait};
+use storage_lock::{AcquireOptions, DistributedLock, MemoryStorage, StorageLock};
 
 const ROUNDS: usize = 7;
 const CYCLES: u32 = 200_000;
@@ -34,7 +35,7 @@ fn main() {
         ratio.0 / ratio.1
     );
     let memory = StorageLock::new(MemoryStorage::new()).unwrap();
-    let (p50, p99) = rt.block_on(handoff(&memory, HANDOFFS));
+    let (p50, p99) = rt.block_on(common::handoff(&memory, HANDOFFS));
     println!(
         "| hand-off latency, memory | p50 {:.1} µs | p99 {:.1} µs |",
         us(p50),
@@ -49,7 +50,7 @@ fn main() {
         )
         .unwrap()
     });
-    let (p50, p99) = rt.block_on(handoff(&sqlite, 300));
+    let (p50, p99) = rt.block_on(common::handoff(&sqlite, 300));
     println!(
         "| hand-off latency, SQLite (backoff) | p50 {:.1} µs | p99 {:.1} µs |",
         us(p50),
@@ -88,29 +89,4 @@ async fn uncontended_ratio() -> (f64, f64) {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-/// p50/p99 of release → waiter-holds, over `n` hand-offs.
-async fn handoff<S: Storage + ?Sized>(locks: &StorageLock<S>, n: usize) -> (Duration, Duration) {
-    let opts = AcquireOptions::default().lease(Duration::from_secs(30));
-    let wait = opts.clone().wait(Wait::Forever);
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let holder = locks.try_acquire("handoff", &opts).await.unwrap().unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (l, w) = (locks.clone(), wait.clone());
-        let waiter = tokio::spawn(async move {
-            let h = l.try_acquire("handoff", &w).await.unwrap().unwrap();
-            let _ = tx.send(Instant::now());
-            h
-        });
-        tokio::time::sleep(Duration::from_millis(2)).await; // let the waiter start waiting
-        let released = Instant::now();
-        holder.release().await.unwrap();
-        let got = rx.await.unwrap();
-        samples.push(got.duration_since(released));
-        waiter.await.unwrap().release().await.unwrap();
-    }
-    samples.sort();
-    (samples[n / 2], samples[n * 99 / 100])
 }

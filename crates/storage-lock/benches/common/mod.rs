@@ -76,3 +76,42 @@ impl RawSqlite {
             .unwrap();
     }
 }
+
+/// p50/p99 of release → waiter-holds, over `n` hand-offs of one key.
+pub async fn handoff<S: storage_lock::Storage + ?Sized>(
+    locks: &storage_lock::StorageLock<S>,
+    n: usize,
+) -> (std::time::Duration, std::time::Duration) {
+    use std::time::{Duration, Instant};
+    use storage_lock::{AcquireOptions, DistributedLock, Wait};
+    let opts = AcquireOptions::default().lease(Duration::from_secs(30));
+    let wait = opts.clone().wait(Wait::Forever);
+    let key = format!("handoff-{:x}", std::process::id());
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let holder = locks.try_acquire(&key, &opts).await.unwrap().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (l, w, k) = (locks.clone(), wait.clone(), key.clone());
+        let waiter = tokio::spawn(async move {
+            let h = l.try_acquire(&k, &w).await.unwrap().unwrap();
+            let _ = tx.send(Instant::now());
+            h
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await; // let the waiter start waiting
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        let got = rx.await.unwrap();
+        samples.push(got.duration_since(released));
+        waiter.await.unwrap().release().await.unwrap();
+    }
+    percentiles(samples)
+}
+
+/// (p50, p99) of `samples`.
+pub fn percentiles(
+    mut samples: Vec<std::time::Duration>,
+) -> (std::time::Duration, std::time::Duration) {
+    samples.sort();
+    let n = samples.len();
+    (samples[n / 2], samples[(n * 99 / 100).min(n - 1)])
+}
