@@ -14,18 +14,16 @@
 //!
 //! **Cancel safety.** Dropping a future does not stop a request that already left: a database
 //! may apply an `INSERT` after the client gave up on it. So the storage call runs *detached*
-//! (`detached`): it is polled once inline (an in-memory storage answers right there, at no
-//! cost), and if it is still pending it moves to its own task. If the acquirer is gone when the
-//! answer arrives, that task releases the grant itself — strictly *after* the grant, never racing
-//! it. Failures after a grant (building the handle) release the same way.
+//! (`detached`): inline in the caller's task, but if the caller drops its future while the call
+//! is pending, the call moves to its own task and, when the answer arrives, that task releases
+//! the grant itself — strictly *after* the grant, never racing it. Failures after a grant (building the handle) release the same way.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -284,72 +282,51 @@ impl<S: Storage + ?Sized> StorageLock<S> {
 
 /// Runs `fut` to completion even if the caller stops waiting.
 ///
-/// `fut` is polled once inline; if it is not ready it moves to a spawned task. If the caller
-/// drops its future before taking the result — whether the result has not arrived yet or is
-/// already waiting in the channel — the result goes to `abandoned` instead, exactly once.
-pub(crate) async fn detached<T, F, A, AF>(fut: F, abandoned: A) -> T
+/// `fut` runs inline, in the caller's task (no spawn, no channel on the normal path). If the
+/// caller drops its future while `fut` is still pending, the pending `fut` moves to a spawned
+/// task and its result goes to `abandoned` there, exactly once.
+pub(crate) fn detached<T, F, A, AF>(fut: F, abandoned: A) -> Detached<T>
 where
     T: Send + 'static,
     F: Future<Output = T> + Send + 'static,
     A: FnOnce(T) -> AF + Send + 'static,
     AF: Future<Output = ()> + Send + 'static,
 {
-    let mut fut = Box::pin(fut);
-    if let Poll::Ready(v) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
-        return v;
-    }
-    let abandoned: Abandon<T> =
-        Arc::new(Mutex::new(Some(Box::new(move |v| Box::pin(abandoned(v))))));
-    let (tx, rx) = oneshot::channel();
-    let on_abandon = abandoned.clone();
-    tokio::spawn(async move {
-        if let Err(unclaimed) = tx.send(fut.await)
-            && let Some(action) = take(&on_abandon)
-        {
-            action(unclaimed).await;
-        }
-    });
-    let mut claim = Claim {
-        rx: Some(rx),
-        abandoned,
-    };
-    let received = match claim.rx.as_mut() {
-        Some(rx) => rx.await,
-        None => unreachable!("set just above"),
-    };
-    claim.rx = None;
-    match received {
-        Ok(v) => v,
-        // The task panicked: surface the panic here, where the caller can see it.
-        Err(_) => panic!("a detached storage call panicked"),
+    Detached {
+        fut: Some(Box::pin(fut)),
+        abandoned: Some(Box::new(move |v| Box::pin(abandoned(v)))),
     }
 }
 
 type AbandonFn<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
-type Abandon<T> = Arc<Mutex<Option<AbandonFn<T>>>>;
 
-fn take<T>(slot: &Abandon<T>) -> Option<AbandonFn<T>> {
-    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+/// The future of [`detached`].
+pub(crate) struct Detached<T: Send + 'static> {
+    fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    abandoned: Option<AbandonFn<T>>,
 }
 
-/// The caller's end of [`detached`]: dropped while still waiting, it closes the channel and
-/// abandons a result that was already sent but not yet taken.
-struct Claim<T> {
-    rx: Option<oneshot::Receiver<T>>,
-    abandoned: Abandon<T>,
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<T> {
+        let Some(fut) = self.fut.as_mut() else {
+            panic!("Detached polled after completion");
+        };
+        let v = std::task::ready!(fut.as_mut().poll(cx));
+        self.fut = None;
+        Poll::Ready(v)
+    }
 }
 
-impl<T> Drop for Claim<T> {
+impl<T: Send + 'static> Drop for Detached<T> {
     fn drop(&mut self) {
-        let Some(mut rx) = self.rx.take() else {
+        let (Some(fut), Some(abandoned)) = (self.fut.take(), self.abandoned.take()) else {
             return;
         };
-        rx.close();
-        if let Ok(unclaimed) = rx.try_recv()
-            && let (Some(action), Ok(rt)) =
-                (take(&self.abandoned), tokio::runtime::Handle::try_current())
-        {
-            rt.spawn(action(unclaimed));
+        // Without a runtime the request cannot be finished; its lease bounds the damage.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { abandoned(fut.await).await });
         }
     }
 }
