@@ -58,7 +58,7 @@ pub(crate) fn acquire() -> String {
         "{PRELUDE}
 local now = now_ms()
 local exp = now + tonumber(ARGV[3])
-local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'f', 'e', 'hh', 'hp', 'hn')
+local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'f', 'e', 'hh', 'hn')
 local fencing
 if r[2] then
   local count, e = tonumber(r[2]), tonumber(r[4])
@@ -70,17 +70,24 @@ if r[2] then
       redis.call('HSET', KEYS[1], 'v', ARGV[1], 'c', count, 'e', exp)
       return {{1, fencing, count, exp}}
     end
-    return {{0, e, now, r[5] or false, r[6] or false, r[7] or false}}
+    local h = redis.call('HMGET', KEYS[1], 'hh', 'hp', 'hn')
+    return {{0, e, now, h[1] or false, h[2] or false, h[3] or false}}
   end
   fencing = fencing + 1
 else
   fencing = tonumber(redis.call('HGET', KEYS[2], 'f') or '0') + 1
 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp)
-if ARGV[5] == '1' then
-  redis.call('HSET', KEYS[1], 'hh', ARGV[6], 'hp', ARGV[7])
-  if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'hn', ARGV[9]) end
+-- One HSET for the whole record; drop holder fields this request does not set (if present).
+if ARGV[5] == '1' and ARGV[8] == '1' then
+  redis.call('HSET', KEYS[1], 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp,
+    'hh', ARGV[6], 'hp', ARGV[7], 'hn', ARGV[9])
+elseif ARGV[5] == '1' then
+  redis.call('HSET', KEYS[1], 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp,
+    'hh', ARGV[6], 'hp', ARGV[7])
+  if r[6] then redis.call('HDEL', KEYS[1], 'hn') end
+else
+  redis.call('HSET', KEYS[1], 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp)
+  if r[5] then redis.call('HDEL', KEYS[1], 'hh', 'hp', 'hn') end
 end
 return {{1, fencing, 1, exp}}"
     )
