@@ -27,7 +27,7 @@ use std::process::ExitStatus;
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-use storage_lock::{AcquireOptions, DistributedLock, HolderInfo, LockHandle};
+use storage_lock::{AcquireOptions, HolderInfo, LockHandle};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use storage_lock::{AcquireOptions, DistributedLock, MemoryStorage, SqliteStorage, StorageLock};
+use storage_lock::{AcquireOptions, MemoryStorage, SqliteStorage, StorageLock};
 
 fn uncontended(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use storage_lock::{AcquireOptions, DistributedLock, StorageLock, Wait, connect};
+use storage_lock::{AcquireOptions, StorageLock, Wait, connect};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

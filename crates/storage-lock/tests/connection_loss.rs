@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use storage_lock::{AcquireOptions, DistributedLock, Wait, connect};
+use storage_lock::{AcquireOptions, Wait, connect};
 use storage_lock_testkit::proxy::Proxy;
 use tokio::time::{Instant, timeout};
 

@@ -285,7 +285,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
 /// `fut` runs inline, in the caller's task (no spawn, no channel on the normal path). If the
 /// caller drops its future while `fut` is still pending, the pending `fut` moves to a spawned
 /// task and its result goes to `abandoned` there, exactly once.
-pub(crate) fn detached<T, F, A, AF>(fut: F, abandoned: A) -> Detached<T>
+pub(crate) fn detached<T, F, A, AF>(fut: F, abandoned: A) -> Detached<T, A>
 where
     T: Send + 'static,
     F: Future<Output = T> + Send + 'static,
@@ -294,19 +294,38 @@ where
 {
     Detached {
         fut: Some(Box::pin(fut)),
-        abandoned: Some(Box::new(move |v| Box::pin(abandoned(v)))),
+        abandoned: Some(abandoned),
     }
 }
 
-type AbandonFn<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
-
 /// The future of [`detached`].
-pub(crate) struct Detached<T: Send + 'static> {
+pub(crate) struct Detached<T, A>
+where
+    T: Send + 'static,
+    A: Abandon<T>,
+{
     fut: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
-    abandoned: Option<AbandonFn<T>>,
+    abandoned: Option<A>,
 }
 
-impl<T: Send + 'static> Future for Detached<T> {
+/// What [`detached`] does with a result nobody waits for any more.
+pub(crate) trait Abandon<T>: Send + 'static {
+    /// Handles `value` in the background.
+    fn spawn(self, fut: Pin<Box<dyn Future<Output = T> + Send>>, rt: tokio::runtime::Handle);
+}
+
+impl<T, A, AF> Abandon<T> for A
+where
+    T: Send + 'static,
+    A: FnOnce(T) -> AF + Send + 'static,
+    AF: Future<Output = ()> + Send + 'static,
+{
+    fn spawn(self, fut: Pin<Box<dyn Future<Output = T> + Send>>, rt: tokio::runtime::Handle) {
+        rt.spawn(async move { self(fut.await).await });
+    }
+}
+
+impl<T: Send + 'static, A: Abandon<T>> Future for Detached<T, A> {
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<T> {
@@ -319,14 +338,17 @@ impl<T: Send + 'static> Future for Detached<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Detached<T> {
+// `Detached` never pins `abandoned` and keeps `fut` boxed, so it can move freely.
+impl<T: Send + 'static, A: Abandon<T>> Unpin for Detached<T, A> {}
+
+impl<T: Send + 'static, A: Abandon<T>> Drop for Detached<T, A> {
     fn drop(&mut self) {
         let (Some(fut), Some(abandoned)) = (self.fut.take(), self.abandoned.take()) else {
             return;
         };
         // Without a runtime the request cannot be finished; its lease bounds the damage.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { abandoned(fut.await).await });
+            abandoned.spawn(fut, rt);
         }
     }
 }

@@ -102,6 +102,30 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         self.shared.events.subscribe()
     }
 
+    /// [`DistributedLock::try_acquire`] without the boxed future of the object-safe trait: what
+    /// the trait calls, and what a caller holding a concrete `StorageLock` gets by method
+    /// resolution. Same semantics, errors and cancel safety.
+    pub async fn try_acquire(
+        &self,
+        name: &str,
+        options: &AcquireOptions,
+    ) -> Result<Option<LockHandle>, LockError> {
+        self.acquire_handle(name, options).await
+    }
+
+    /// [`DistributedLock::try_acquire_for`], inherent like [`Self::try_acquire`].
+    pub async fn try_acquire_for(
+        &self,
+        name: &str,
+        wait: std::time::Duration,
+    ) -> Result<Option<LockHandle>, LockError> {
+        self.acquire_handle(
+            name,
+            &AcquireOptions::default().wait(crate::Wait::For(wait)),
+        )
+        .await
+    }
+
     /// Validates `name` and returns the storage key it maps to.
     pub fn key_for<'a>(&self, name: &'a str) -> Result<Cow<'a, str>, LockError> {
         validate_name(name)?;

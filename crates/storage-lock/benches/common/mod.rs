@@ -83,7 +83,7 @@ pub async fn handoff<S: storage_lock::Storage + ?Sized>(
     n: usize,
 ) -> (std::time::Duration, std::time::Duration) {
     use std::time::{Duration, Instant};
-    use storage_lock::{AcquireOptions, DistributedLock, Wait};
+    use storage_lock::{AcquireOptions, Wait};
     let opts = AcquireOptions::default().lease(Duration::from_secs(30));
     let wait = opts.clone().wait(Wait::Forever);
     let key = format!("handoff-{:x}", std::process::id());
