@@ -125,6 +125,17 @@ fn bad_input_gets_one_line_and_a_stable_code() {
         ("bad option", "sqlite:///tmp/x.db?colour=red".to_owned(), 2),
         ("unreadable SQLite path", unreadable, 69),
         ("SQLite path is a directory", not_a_file, 69),
+        (
+            "unreachable PostgreSQL",
+            "postgres://postgres@127.0.0.1:1/test".to_owned(),
+            69,
+        ),
+        (
+            "unreachable MySQL",
+            "mysql://root@127.0.0.1:1/test".to_owned(),
+            69,
+        ),
+        ("unreachable Redis", "redis://127.0.0.1:1/".to_owned(), 69),
     ] {
         let out = output_within(
             &mut cli(dir.path(), &url, &["run", "job", "--", "true"]),
