@@ -21,6 +21,8 @@ mod naming;
 pub mod postgres;
 mod primitives;
 mod row;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod server;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

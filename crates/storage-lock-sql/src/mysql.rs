@@ -32,8 +32,8 @@ use storage_lock_core::{
     StorageError, Timestamp,
 };
 
-use crate::naming::{DEFAULT_TABLE, validate_table_name};
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, new_version, timestamp};
+use crate::server::{ServerOptions, server_setters};
 
 const NAME: &str = "mysql";
 /// The server clock in milliseconds, fixed for the whole statement.
@@ -47,23 +47,9 @@ pub struct MysqlStorage {
 }
 
 /// Configures and opens a [`MysqlStorage`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct MysqlStorageBuilder {
-    url: Option<String>,
-    table: String,
-    max_connections: u32,
-    acquire_timeout: Duration,
-}
-
-impl Default for MysqlStorageBuilder {
-    fn default() -> Self {
-        Self {
-            url: None,
-            table: DEFAULT_TABLE.to_owned(),
-            max_connections: 16,
-            acquire_timeout: Duration::from_secs(5),
-        }
-    }
+    server: ServerOptions,
 }
 
 impl MysqlStorageBuilder {
@@ -74,49 +60,19 @@ impl MysqlStorageBuilder {
 
     /// A builder from `STORAGE_LOCK_MYSQL_URL` and `STORAGE_LOCK_MYSQL_TABLE` (each optional).
     pub fn from_env() -> Self {
-        let mut b = Self {
-            url: std::env::var("STORAGE_LOCK_MYSQL_URL").ok(),
-            ..Self::default()
-        };
-        if let Ok(t) = std::env::var("STORAGE_LOCK_MYSQL_TABLE") {
-            b.table = t;
+        Self {
+            server: ServerOptions::from_env("MYSQL"),
         }
-        b
     }
 
-    /// The connection URL (`mysql://user:password@host:port/db`).
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
-        self
-    }
-
-    /// The table name (a plain identifier).
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// Pool size.
-    pub fn max_connections(mut self, n: u32) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// How long an operation waits for a pooled connection.
-    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
+    server_setters!("mysql://user:password@host:port/db");
 
     /// Connects and creates the table if needed.
     pub async fn open(self) -> Result<MysqlStorage, StorageError> {
-        let url = self
-            .url
-            .ok_or_else(|| StorageError::backend(NAME, "open", "no connection URL configured"))?;
-        validate_table_name(&self.table).map_err(|e| StorageError::backend(NAME, "open", e))?;
+        let url = self.server.checked_url(NAME)?;
         let pool = MySqlPoolOptions::new()
-            .max_connections(self.max_connections)
-            .acquire_timeout(self.acquire_timeout)
+            .max_connections(self.server.max_connections)
+            .acquire_timeout(self.server.acquire_timeout)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     conn.execute(
@@ -126,10 +82,10 @@ impl MysqlStorageBuilder {
                     Ok(())
                 })
             })
-            .connect(&url)
+            .connect(url)
             .await
             .map_err(err("open"))?;
-        let sql = Statements::new(&self.table);
+        let sql = Statements::new(&self.server.table);
         query(&sql.create_table)
             .execute(&pool)
             .await

@@ -23,8 +23,9 @@ use storage_lock_core::{
     OwnerId, ReleaseOutcome, RenewOutcome, StorageError, Timestamp,
 };
 
-use crate::naming::{DEFAULT_TABLE, validate_table_name};
+use crate::naming::validate_table_name;
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, timestamp};
+use crate::server::{ServerOptions, server_setters};
 
 const NAME: &str = "postgres";
 /// The server clock in milliseconds, fixed for the whole statement.
@@ -39,25 +40,10 @@ pub struct PostgresStorage {
 }
 
 /// Configures and opens a [`PostgresStorage`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct PostgresStorageBuilder {
-    url: Option<String>,
+    server: ServerOptions,
     schema: Option<String>,
-    table: String,
-    max_connections: u32,
-    acquire_timeout: Duration,
-}
-
-impl Default for PostgresStorageBuilder {
-    fn default() -> Self {
-        Self {
-            url: None,
-            schema: None,
-            table: DEFAULT_TABLE.to_owned(),
-            max_connections: 16,
-            acquire_timeout: Duration::from_secs(5),
-        }
-    }
 }
 
 impl PostgresStorageBuilder {
@@ -69,22 +55,13 @@ impl PostgresStorageBuilder {
     /// A builder from `STORAGE_LOCK_POSTGRES_URL`, `STORAGE_LOCK_POSTGRES_SCHEMA` and
     /// `STORAGE_LOCK_POSTGRES_TABLE` (each optional).
     pub fn from_env() -> Self {
-        let mut b = Self {
-            url: std::env::var("STORAGE_LOCK_POSTGRES_URL").ok(),
+        Self {
+            server: ServerOptions::from_env("POSTGRES"),
             schema: std::env::var("STORAGE_LOCK_POSTGRES_SCHEMA").ok(),
-            ..Self::default()
-        };
-        if let Ok(t) = std::env::var("STORAGE_LOCK_POSTGRES_TABLE") {
-            b.table = t;
         }
-        b
     }
 
-    /// The connection URL (`postgres://user@host:port/db`).
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
-        self
-    }
+    server_setters!("postgres://user@host:port/db");
 
     /// The schema holding the table (created if missing); default: the search path.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
@@ -92,41 +69,19 @@ impl PostgresStorageBuilder {
         self
     }
 
-    /// The table name (a plain identifier).
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// Pool size (the notification listener uses one more connection).
-    pub fn max_connections(mut self, n: u32) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// How long an operation waits for a pooled connection (bounded so that an unreachable
-    /// server surfaces as an error well before typical leases end).
-    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
-
     /// Connects and creates the schema, table and version sequence if needed.
     pub async fn open(self) -> Result<PostgresStorage, StorageError> {
-        let url = self
-            .url
-            .ok_or_else(|| StorageError::backend(NAME, "open", "no connection URL configured"))?;
-        validate_table_name(&self.table).map_err(|e| StorageError::backend(NAME, "open", e))?;
+        let url = self.server.checked_url(NAME)?;
         if let Some(schema) = &self.schema {
             validate_table_name(schema).map_err(|e| StorageError::backend(NAME, "open", e))?;
         }
         let pool = PgPoolOptions::new()
-            .max_connections(self.max_connections)
-            .acquire_timeout(self.acquire_timeout)
-            .connect(&url)
+            .max_connections(self.server.max_connections)
+            .acquire_timeout(self.server.acquire_timeout)
+            .connect(url)
             .await
             .map_err(err("open"))?;
-        let sql = Statements::new(self.schema.as_deref(), &self.table);
+        let sql = Statements::new(self.schema.as_deref(), &self.server.table);
         // Serialize concurrent schema creation (CREATE … IF NOT EXISTS races in PostgreSQL).
         let mut tx = pool.begin().await.map_err(err("create table"))?;
         query("SELECT pg_advisory_xact_lock(7262817271)")

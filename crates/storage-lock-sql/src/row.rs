@@ -57,6 +57,7 @@ pub(crate) fn corrupt(key: &str, reason: impl std::fmt::Display) -> StorageError
 
 /// The holder columns (`holder_host`, `holder_pid`, `holder_note`) at `first..first + 3` of a
 /// row, as the holder info they describe (none without a host).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn holder_at<'r, R>(row: &'r R, first: usize) -> Option<Arc<HolderInfo>>
 where
     R: Row,

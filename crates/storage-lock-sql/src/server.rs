@@ -1,0 +1,80 @@
+//! What the server-backed SQL storages (PostgreSQL, MySQL/MariaDB) configure alike.
+
+use std::time::Duration;
+
+use storage_lock_core::StorageError;
+
+use crate::naming::{DEFAULT_TABLE, validate_table_name};
+
+/// Connection settings shared by the server-backed builders.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerOptions {
+    pub(crate) url: Option<String>,
+    pub(crate) table: String,
+    pub(crate) max_connections: u32,
+    pub(crate) acquire_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            url: None,
+            table: DEFAULT_TABLE.to_owned(),
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl ServerOptions {
+    /// Defaults, overridden by `STORAGE_LOCK_<BACKEND>_URL` and `STORAGE_LOCK_<BACKEND>_TABLE`.
+    pub(crate) fn from_env(backend: &str) -> Self {
+        let var = |what: &str| std::env::var(format!("STORAGE_LOCK_{backend}_{what}")).ok();
+        let defaults = Self::default();
+        Self {
+            url: var("URL"),
+            table: var("TABLE").unwrap_or(defaults.table),
+            ..defaults
+        }
+    }
+
+    /// The URL, after checking that one is set and that the table name is a plain identifier.
+    pub(crate) fn checked_url(&self, backend: &'static str) -> Result<&str, StorageError> {
+        validate_table_name(&self.table).map_err(|e| StorageError::backend(backend, "open", e))?;
+        self.url
+            .as_deref()
+            .ok_or_else(|| StorageError::backend(backend, "open", "no connection URL configured"))
+    }
+}
+
+/// The setters of [`ServerOptions`] for a builder with a `server` field.
+macro_rules! server_setters {
+    ($url_form:literal) => {
+        #[doc = concat!("The connection URL (`", $url_form, "`).")]
+        pub fn url(mut self, url: impl Into<String>) -> Self {
+            self.server.url = Some(url.into());
+            self
+        }
+
+        /// The table name (a plain identifier; default `storage_lock`).
+        pub fn table(mut self, table: impl Into<String>) -> Self {
+            self.server.table = table.into();
+            self
+        }
+
+        /// Pool size (default 16).
+        pub fn max_connections(mut self, n: u32) -> Self {
+            self.server.max_connections = n.max(1);
+            self
+        }
+
+        /// How long an operation waits for a pooled connection (default 5 s), bounded so
+        /// that an unreachable server surfaces as an error well before typical leases end.
+        pub fn acquire_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.server.acquire_timeout = timeout;
+            self
+        }
+    };
+}
+
+pub(crate) use server_setters;
