@@ -310,3 +310,56 @@ impl Storage for MemoryStorage {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{ManualClock, StorageLock};
+
+    fn request(lease: Duration) -> AcquireRequest {
+        AcquireRequest {
+            owner: OwnerId::random(),
+            lease,
+            holder: None,
+            reentrant: false,
+        }
+    }
+
+    /// With a manual clock, expiry is decided by the storage clock alone: no sleeping, and the
+    /// takeover gets the next fencing token.
+    #[tokio::test]
+    async fn manual_clock_decides_expiry() {
+        let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
+        let s = MemoryStorage::with_clock(clock.clone());
+        let lease = Duration::from_secs(10);
+        let first = s.try_acquire("k", &request(lease)).await.unwrap();
+        let AcquireOutcome::Acquired { fencing, .. } = first else {
+            panic!("{first:?}")
+        };
+        clock.advance(lease - Duration::from_millis(1));
+        let busy = s.try_acquire("k", &request(lease)).await.unwrap();
+        assert_eq!(busy.busy_for(), Some(Duration::from_millis(1)));
+        clock.advance(Duration::from_millis(1));
+        let next = s.try_acquire("k", &request(lease)).await.unwrap();
+        assert!(matches!(next, AcquireOutcome::Acquired { fencing: f, .. } if f == fencing + 1));
+    }
+
+    /// A handle's expiry is the storage clock plus the lease, whatever the wall clock says.
+    #[tokio::test]
+    async fn handle_expiry_comes_from_the_storage_clock() {
+        let clock = ManualClock::new(Timestamp::from_millis(5_000));
+        let locks = StorageLock::new(MemoryStorage::with_clock(clock)).unwrap();
+        let h = locks
+            .try_acquire_for("k", Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
+        let expected = Timestamp::from_millis(5_000)
+            .saturating_add(crate::contract::DEFAULT_LEASE)
+            .to_system_time()
+            .unwrap();
+        assert_eq!(h.expires_at(), expected);
+    }
+}
