@@ -3,7 +3,9 @@
 //! * `try_acquire`, `renew` and `release` are each **one statement** (one round trip): an
 //!   `INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING` inside a CTE that also reports the
 //!   holder when busy; `UPDATE … RETURNING`. "Now" is `statement_timestamp()` on the server.
-//! * Release sends `pg_notify(channel, key)` in the same statement; each storage keeps **one**
+//! * A busy acquisition marks the row (`waiters`), and the release that frees a marked row sends
+//!   `pg_notify(channel, key)` in the same statement (unmarked releases send nothing: NOTIFY
+//!   serializes the commits of notifying transactions); each storage keeps **one**
 //!   `LISTEN` connection, multiplexed over all waiting keys and re-established after a
 //!   connection loss (waiters are woken to re-check then). Waiters also back off to the holder's
 //!   expiry, so a lost notification costs latency, never correctness.
@@ -159,8 +161,13 @@ impl Statements {
                 expires_at BIGINT NOT NULL,
                 holder_host TEXT,
                 holder_pid BIGINT,
-                holder_note TEXT
+                holder_note TEXT,
+                waiters BOOLEAN NOT NULL DEFAULT false
             )"
+        ));
+        // Tables created before the column existed.
+        ddl.push(format!(
+            "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters BOOLEAN NOT NULL DEFAULT false"
         ));
         Self {
             ddl,
@@ -184,6 +191,11 @@ impl Statements {
             ),
             // $1 key, $2 owner, $3 lease ms, $4 host, $5 pid, $6 note, $7 reentrant, $8 floor key.
             // The busy branch reads the statement's snapshot: the record as the upsert found it.
+            // A busy attempt also sets `waiters`, so that the release notifies (uncontended
+            // releases skip NOTIFY, whose commit-time lock serializes concurrent commits). If the
+            // flag could not be set because the hold ended in between (the release then saw no
+            // waiters and sent nothing), the busy answer says "expires now": the waiter retries
+            // at once instead of sleeping through a notification that never comes.
             acquire: format!(
                 "WITH ins AS (
                     INSERT INTO {t} AS cur ({COLUMNS}) VALUES ($1, {next}, $2, 1,
@@ -198,16 +210,25 @@ impl Statements {
                         holder_host = CASE WHEN {live} THEN cur.holder_host ELSE EXCLUDED.holder_host END,
                         holder_pid = CASE WHEN {live} THEN cur.holder_pid ELSE EXCLUDED.holder_pid END,
                         holder_note = CASE WHEN {live} THEN cur.holder_note ELSE EXCLUDED.holder_note END,
+                        waiters = CASE WHEN {live} THEN cur.waiters ELSE false END,
                         owner = EXCLUDED.owner
                     WHERE NOT {live} OR ($7 AND cur.owner = EXCLUDED.owner)
                     RETURNING fencing, count, expires_at
+                 ),
+                 flag AS (
+                    UPDATE {t} SET waiters = true
+                    WHERE lock_key = $1 AND NOT waiters AND count > 0 AND expires_at > {NOW}
+                      AND NOT EXISTS (SELECT 1 FROM ins)
+                    RETURNING 1
                  )
                  SELECT true AS acquired, fencing, count, expires_at,
                         NULL::text AS holder_host, NULL::bigint AS holder_pid, NULL::text AS holder_note,
                         {NOW} AS now_ms
                    FROM ins
                  UNION ALL
-                 SELECT false, fencing, count, expires_at, holder_host, holder_pid, holder_note, {NOW}
+                 SELECT false, fencing, count,
+                        CASE WHEN waiters OR EXISTS (SELECT 1 FROM flag) THEN expires_at ELSE {NOW} END,
+                        holder_host, holder_pid, holder_note, {NOW}
                    FROM {t} WHERE lock_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)"
             ),
             renew: format!(
@@ -215,15 +236,17 @@ impl Statements {
                  WHERE lock_key = $1 AND owner = $2 AND count > 0 AND expires_at > {NOW}
                  RETURNING expires_at"
             ),
-            // $3 = the notification channel; waiters hear of a key only when it becomes free.
+            // $3 = the notification channel; waiters hear of a key only when it becomes free,
+            // and only if one said it waits.
             release: format!(
                 "WITH upd AS (
                     UPDATE {t} SET version = {next}, count = count - 1,
                         expires_at = CASE WHEN count = 1 THEN LEAST(expires_at, {NOW}) ELSE expires_at END
                     WHERE lock_key = $1 AND owner = $2 AND count > 0
-                    RETURNING count
+                    RETURNING count, waiters
                  )
-                 SELECT count, CASE WHEN count = 0 THEN (SELECT 1 FROM pg_notify($3, $1)) ELSE 0 END AS notified
+                 SELECT count,
+                        CASE WHEN count = 0 AND waiters THEN (SELECT 1 FROM pg_notify($3, $1)) ELSE 0 END AS notified
                    FROM upd"
             ),
         }
