@@ -250,20 +250,9 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
                 .map_err(err("try_acquire"))?;
             // Deleted in between by a sweep: try again.
             let Some(r) = row else { continue };
-            let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
-            if int(0)? == version {
-                return Ok(AcquireOutcome::Acquired {
-                    fencing: int(1)? as u64,
-                    count: int(2)? as u32,
-                    expires_at: timestamp(int(3)?),
-                });
-            }
-            let holder = crate::row::holder_at(&r, 4);
-            return Ok(AcquireOutcome::Busy {
-                expires_at: timestamp(int(3)?),
-                now: timestamp(int(7)?),
-                holder,
-            });
+            // The request won iff the row carries its version.
+            let won = r.try_get::<i64, _>(0).map_err(|e| corrupt(key, e))? == version;
+            return crate::row::acquire_outcome(key, &r, won);
         }
     }
 

@@ -329,20 +329,8 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             // No row: the record vanished between the upsert's check and the snapshot read
             // (a concurrent sweep); just try again.
             let Some(r) = row else { continue };
-            let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
-            if r.try_get::<bool, _>(0).map_err(|e| corrupt(key, e))? {
-                return Ok(AcquireOutcome::Acquired {
-                    fencing: int(1)? as u64,
-                    count: int(2)? as u32,
-                    expires_at: timestamp(int(3)?),
-                });
-            }
-            let holder = crate::row::holder_at(&r, 4);
-            return Ok(AcquireOutcome::Busy {
-                expires_at: timestamp(int(3)?),
-                now: timestamp(int(7)?),
-                holder,
-            });
+            let won = r.try_get::<bool, _>(0).map_err(|e| corrupt(key, e))?;
+            return crate::row::acquire_outcome(key, &r, won);
         }
     }
 

@@ -74,6 +74,39 @@ where
     }))
 }
 
+/// The outcome of an acquisition from a result row laid out as
+/// `(_, fencing, count, expires_at, holder_host, holder_pid, holder_note, now_ms)`: the grant if
+/// `acquired`, else the holder's record as the busy answer.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn acquire_outcome<'r, R>(
+    key: &str,
+    row: &'r R,
+    acquired: bool,
+) -> Result<storage_lock_core::AcquireOutcome, StorageError>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    use storage_lock_core::AcquireOutcome;
+    let int = |i: usize| row.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
+    Ok(if acquired {
+        AcquireOutcome::Acquired {
+            fencing: int(1)? as u64,
+            count: int(2)? as u32,
+            expires_at: timestamp(int(3)?),
+        }
+    } else {
+        AcquireOutcome::Busy {
+            expires_at: timestamp(int(3)?),
+            now: timestamp(int(7)?),
+            holder: holder_at(row, 4),
+        }
+    })
+}
+
 /// Decodes the [`COLUMNS`] of a row.
 pub(crate) fn decode<'r, R>(key: &str, row: &'r R) -> Result<Stored, StorageError>
 where
