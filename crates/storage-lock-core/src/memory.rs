@@ -211,9 +211,7 @@ impl Storage for MemoryStorage {
             .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         let limit = page.effective_limit();
-        let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
-        entries.truncate(limit);
-        Ok(Page { entries, next })
+        Ok(Page::from_sorted(entries, limit))
     }
 
     async fn try_acquire(

@@ -446,9 +446,7 @@ impl Storage for RedisStorage {
                 entries.push((k, stored));
             }
         }
-        let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
-        entries.truncate(limit);
-        Ok(Page { entries, next })
+        Ok(Page::from_sorted(entries, limit))
     }
 
     async fn try_acquire(

@@ -135,7 +135,7 @@ macro_rules! impl_sql_storage {
                     Ok((key, stored))
                 })
                 .collect::<Result<Vec<_>, storage_lock_core::StorageError>>()?;
-            Ok(crate::row::page_of(entries, limit))
+            Ok(storage_lock_core::Page::from_sorted(entries, limit))
         }
 
         $($rest)*

@@ -144,10 +144,3 @@ where
         version: Version::from_u64(int("version")? as u64),
     })
 }
-
-/// Pages through rows fetched with one extra row beyond `limit`.
-pub(crate) fn page_of(mut entries: Vec<(String, Stored)>, limit: usize) -> storage_lock_core::Page {
-    let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
-    entries.truncate(limit);
-    storage_lock_core::Page { entries, next }
-}

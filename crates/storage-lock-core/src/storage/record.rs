@@ -233,3 +233,13 @@ pub struct Page {
     /// Pass as [`PageRequest::after`] to get the next page; `None` on the last page.
     pub next: Option<String>,
 }
+
+impl Page {
+    /// The page of at most `limit` entries from `entries` (sorted by key, holding up to one
+    /// more than `limit` to tell whether another page follows).
+    pub fn from_sorted(mut entries: Vec<(String, Stored)>, limit: usize) -> Self {
+        let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
+        entries.truncate(limit);
+        Self { entries, next }
+    }
+}
