@@ -144,3 +144,35 @@ where
         version: Version::from_u64(int("version")? as u64),
     })
 }
+
+/// A renewal's outcome from the `RETURNING expires_at` row of a dialect that has one.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn renew_outcome<'r, R>(row: Option<&'r R>) -> storage_lock_core::RenewOutcome
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    match row {
+        Some(r) => storage_lock_core::RenewOutcome::Renewed {
+            expires_at: timestamp(r.get(0)),
+        },
+        None => storage_lock_core::RenewOutcome::NotHeld,
+    }
+}
+
+/// A release's outcome from the `RETURNING count` row of a dialect that has one.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn release_outcome<'r, R>(row: Option<&'r R>) -> storage_lock_core::ReleaseOutcome
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
+    match row {
+        Some(r) => storage_lock_core::ReleaseOutcome::Released {
+            remaining: u32::try_from(r.get::<i64, _>(0)).unwrap_or(0),
+        },
+        None => storage_lock_core::ReleaseOutcome::NotHeld,
+    }
+}

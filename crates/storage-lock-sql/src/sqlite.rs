@@ -349,12 +349,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             .fetch_optional(&self.pool)
             .await
             .map_err(err("renew"))?;
-        Ok(match row {
-            Some(r) => RenewOutcome::Renewed {
-                expires_at: ts(r.get(0)),
-            },
-            None => RenewOutcome::NotHeld,
-        })
+        Ok(crate::row::renew_outcome(row.as_ref()))
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
@@ -365,11 +360,6 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             .fetch_optional(&self.pool)
             .await
             .map_err(err("release"))?;
-        Ok(match row {
-            Some(r) => ReleaseOutcome::Released {
-                remaining: r.get::<i64, _>(0) as u32,
-            },
-            None => ReleaseOutcome::NotHeld,
-        })
+        Ok(crate::row::release_outcome(row.as_ref()))
     }
 }}
