@@ -167,6 +167,19 @@ impl LockHandle {
         }
     }
 
+    /// How long until the handle's **local deadline** (see [`safety_margin`]): the moment it
+    /// turns lost unless a renewal is confirmed first. `None` once the handle is released or
+    /// lost. A supervisor that must stop work before anyone else can hold the lock (the CLI's
+    /// `run`) schedules that stop from this, not from [`Self::expires_at`] (another clock).
+    pub fn time_left(&self) -> Option<Duration> {
+        if self.shared.check_deadline() {
+            return None;
+        }
+        self.shared
+            .deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
     /// Whether the hold is lost (terminal). A normally released handle is *not* lost, so use
     /// [`Self::lost`] (or [`Self::lost_token`]) — not this — to decide whether to keep writing.
     pub fn is_lost(&self) -> bool {
