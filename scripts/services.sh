@@ -3,6 +3,8 @@
 # running, creates the test database if missing, and exports the URLs the tests read:
 #   STORAGE_LOCK_POSTGRES_URL  STORAGE_LOCK_MYSQL_URL  STORAGE_LOCK_REDIS_URL
 #   STORAGE_LOCK_TEST_URLS (the CLI's end-to-end tests run against each)
+# The machine's Redis (6379) keeps nothing on disk, and the Redis backend refuses a server that
+# can forget writes; so the tests get a durable Redis of their own on 6390 (AOF, fsync always).
 # Source it (`. scripts/services.sh`). A server that cannot be reached afterwards is an error:
 # the caller fails, it never skips.
 #
@@ -10,7 +12,7 @@
 
 : "${STORAGE_LOCK_POSTGRES_URL:=postgres://postgres@127.0.0.1:5432/test}"
 : "${STORAGE_LOCK_MYSQL_URL:=mysql://root@127.0.0.1:3306/test}"
-: "${STORAGE_LOCK_REDIS_URL:=redis://127.0.0.1:6379/}"
+: "${STORAGE_LOCK_REDIS_URL:=redis://127.0.0.1:6390/}"
 export STORAGE_LOCK_POSTGRES_URL STORAGE_LOCK_MYSQL_URL STORAGE_LOCK_REDIS_URL
 
 sl_wait_for() { # name, probe command...
@@ -53,12 +55,21 @@ sl_redis() {
   sl_wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping || return 1
 }
 
+sl_redis_durable() { # the tests' own Redis: append-only file, fsync before every reply
+  redis-cli -h 127.0.0.1 -p 6390 ping >/dev/null 2>&1 && return 0
+  local dir="${TMPDIR:-/tmp}/storage-lock-redis-6390"
+  mkdir -p "$dir"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6390 --save "" --appendonly yes \
+    --appendfsync always --dir "$dir" --logfile "$dir/redis.log" || true
+  sl_wait_for "Redis (durable, 6390)" redis-cli -h 127.0.0.1 -p 6390 ping || return 1
+}
+
 sl_databases() {
   psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" | grep -q 1 \
     || psql -h 127.0.0.1 -U postgres -d postgres -c 'CREATE DATABASE test' >/dev/null || return 1
   mariadb -h 127.0.0.1 -u root -e 'CREATE DATABASE IF NOT EXISTS test' || return 1
 }
 
-sl_postgres && sl_mariadb && sl_redis && sl_databases || return 1 2>/dev/null || exit 1
+sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_databases || return 1 2>/dev/null || exit 1
 
 export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli:"

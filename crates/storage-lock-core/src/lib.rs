@@ -51,8 +51,8 @@ pub use engine::{LockEvent, LockEventKind, ReentrantHold, StorageLock, StorageLo
 pub use fenced::{FencedResource, StaleToken};
 pub use memory::MemoryStorage;
 pub use storage::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, HolderInfo, LockRecord, OwnerId,
-    Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, SweepReport,
-    TimeSource, Timestamp, Version, Waiters,
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
+    OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored,
+    SweepReport, TimeSource, Timestamp, Version, Waiters,
 };
 pub use storage::{NotificationSource, Notifications};

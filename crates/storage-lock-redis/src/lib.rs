@@ -33,7 +33,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script, Value};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, HolderInfo, LockRecord,
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
     NotificationSource, Notifications, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome,
     Storage, StorageError, Stored, Timestamp, Version,
 };
@@ -51,6 +51,7 @@ pub struct RedisStorage {
     channel: Arc<str>,
     scripts: Arc<Scripts>,
     hub: Arc<Notifications<PubSubSource>>,
+    durability: Durability,
 }
 
 impl fmt::Debug for RedisStorage {
@@ -76,6 +77,7 @@ pub struct RedisStorageBuilder {
     url: Option<String>,
     prefix: String,
     response_timeout: Duration,
+    allow_volatile: bool,
 }
 
 impl Default for RedisStorageBuilder {
@@ -84,6 +86,7 @@ impl Default for RedisStorageBuilder {
             url: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             response_timeout: Duration::from_secs(2),
+            allow_volatile: false,
         }
     }
 }
@@ -124,7 +127,20 @@ impl RedisStorageBuilder {
         self
     }
 
-    /// Connects.
+    /// Accepts a server that can forget writes on a restart (no AOF, `appendfsync` other than
+    /// `always`, an `allkeys-*` eviction policy): **exclusion and fencing can break on
+    /// restart** (a restarted server grants held locks again and issues tokens from 1). Default
+    /// `false`: [`Self::open`] refuses such a server. URL form: `?durability=volatile`.
+    pub fn allow_volatile(mut self, yes: bool) -> Self {
+        self.allow_volatile = yes;
+        self
+    }
+
+    /// Connects, and checks the server's durability settings (see [`Self::allow_volatile`]).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for a server that can forget writes (unless allowed);
+    /// [`StorageError::Backend`] if it cannot be reached.
     pub async fn open(self) -> Result<RedisStorage, StorageError> {
         let url = self
             .url
@@ -139,6 +155,7 @@ impl RedisStorageBuilder {
             .get_connection_manager_with_config(config)
             .await
             .map_err(err("open"))?;
+        let durability = check_durability(conn.clone(), self.allow_volatile).await?;
         let channel: Arc<str> = format!("{}changes", self.prefix).into();
         let hub = Arc::new(Notifications::new(PubSubSource {
             client,
@@ -157,8 +174,64 @@ impl RedisStorageBuilder {
                 release: Script::new(&scripts::release()),
             }),
             hub,
+            durability,
         })
     }
+}
+
+/// Reads `appendonly`, `appendfsync` and `maxmemory-policy` and judges them with
+/// [`judge_durability`]. A server that hides `CONFIG` (managed services) is `Unverified`, with
+/// one warning.
+async fn check_durability(
+    mut conn: ConnectionManager,
+    allow_volatile: bool,
+) -> Result<Durability, StorageError> {
+    let mut settings = Vec::new();
+    for name in ["appendonly", "appendfsync", "maxmemory-policy"] {
+        let got: Result<HashMap<String, String>, _> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query_async(&mut conn)
+            .await;
+        match got {
+            Ok(map) => settings.push(map.get(name).cloned().unwrap_or_default()),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "redis: cannot read the server's durability settings (CONFIG GET); make sure \
+                     it runs with appendonly yes, appendfsync always and no allkeys-* eviction"
+                );
+                return Ok(Durability::Unverified);
+            }
+        }
+    }
+    let problem = judge_durability(&settings[0], &settings[1], &settings[2]).err();
+    Durability::judge(NAME, problem, allow_volatile)
+}
+
+/// Whether a server with these settings keeps every acknowledged write across a restart:
+/// the append-only file on, fsynced before each reply, and no eviction of keys without a TTL
+/// (lock records have none). `Err` says which setting fails.
+pub fn judge_durability(appendonly: &str, appendfsync: &str, policy: &str) -> Result<(), String> {
+    if !appendonly.eq_ignore_ascii_case("yes") {
+        return Err(format!(
+            "appendonly is {appendonly:?}, not \"yes\" (a restart loses every write since the \
+             last snapshot)"
+        ));
+    }
+    if !appendfsync.eq_ignore_ascii_case("always") {
+        return Err(format!(
+            "appendfsync is {appendfsync:?}, not \"always\" (a machine crash loses the last \
+             second of writes)"
+        ));
+    }
+    if policy.to_ascii_lowercase().starts_with("allkeys") {
+        return Err(format!(
+            "maxmemory-policy is {policy:?} (it may evict lock records under memory pressure; use \
+             noeviction or a volatile-* policy)"
+        ));
+    }
+    Ok(())
 }
 
 impl RedisStorage {
@@ -326,6 +399,7 @@ impl Storage for RedisStorage {
             .with_conditional_delete(true)
             .with_one_round_trip_ops(true)
             .with_change_notifications(true)
+            .with_durability(self.durability)
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

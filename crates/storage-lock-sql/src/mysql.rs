@@ -16,6 +16,11 @@
 //! other's version and report busy although their level was added; that level then lapses with
 //! its lease.
 //!
+//! **Durability**: `open` reads `innodb_flush_log_at_trx_commit` and refuses any value but 1
+//! (0 and 2 lose the last second of commits in a crash: a held lock granted again, a fencing
+//! token issued twice) unless [`MysqlStorageBuilder::allow_volatile`] (`?durability=volatile`).
+//! Each connection pins `READ COMMITTED` and `time_zone = '+00:00'` (see `SESSION`).
+//!
 //! Waiting uses jittered backoff bounded by the holder's expiry: MySQL has no notifications.
 //! The upsert relies on MySQL's left-to-right evaluation of `SET` assignments, so each
 //! connection clears MariaDB's `SIMULTANEOUS_ASSIGNMENT` SQL mode. Linearizable on a single
@@ -28,14 +33,26 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, OwnerId, ReleaseOutcome, RenewOutcome,
-    StorageError, Timestamp,
+    AcquireOutcome, AcquireRequest, Capabilities, Durability, OwnerId, ReleaseOutcome,
+    RenewOutcome, StorageError, Timestamp,
 };
 
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, new_version, timestamp};
 use crate::server::{ServerOptions, server_setters};
 
 const NAME: &str = "mysql";
+/// What every connection sets first, whatever the server's defaults:
+/// * no `SIMULTANEOUS_ASSIGNMENT` (MariaDB): the upsert relies on left-to-right assignments;
+/// * `READ COMMITTED`: the statements are written for it (the acquisition's floor read is a
+///   locking read, which conflicts with a sweep raising the floor, at any isolation);
+/// * `time_zone = '+00:00'`: `UNIX_TIMESTAMP(NOW(3))` converts through the session time zone,
+///   which in a zone with daylight saving time repeats or skips an hour.
+const SESSION: [&str; 2] = [
+    "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'SIMULTANEOUS_ASSIGNMENT', ''),
+        SESSION time_zone = '+00:00'",
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+];
+
 /// The server clock in milliseconds, fixed for the whole statement.
 const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 
@@ -44,6 +61,7 @@ const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 pub struct MysqlStorage {
     pool: MySqlPool,
     sql: Arc<Statements>,
+    durability: Durability,
 }
 
 /// Configures and opens a [`MysqlStorage`].
@@ -75,10 +93,9 @@ impl MysqlStorageBuilder {
             .acquire_timeout(self.server.acquire_timeout)
             .after_connect(|conn, _| {
                 Box::pin(async move {
-                    conn.execute(
-                        "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'SIMULTANEOUS_ASSIGNMENT', '')",
-                    )
-                    .await?;
+                    for statement in SESSION {
+                        conn.execute(statement).await?;
+                    }
                     Ok(())
                 })
             })
@@ -86,11 +103,28 @@ impl MysqlStorageBuilder {
             .await
             .map_err(err("open"))?;
         let sql = Statements::new(&self.server.table);
-        query(&sql.create_table)
-            .execute(&pool)
+        for ddl in [&sql.create_table, &sql.create_floor] {
+            query(ddl)
+                .execute(&pool)
+                .await
+                .map_err(err("create table"))?;
+        }
+        migrate(&pool, &sql).await?;
+        let flush: i64 = query("SELECT CAST(@@GLOBAL.innodb_flush_log_at_trx_commit AS SIGNED)")
+            .fetch_one(&pool)
             .await
-            .map_err(err("create table"))?;
+            .map_err(err("open"))?
+            .try_get(0)
+            .map_err(err("open"))?;
+        let problem = (flush != 1).then(|| {
+            format!(
+                "innodb_flush_log_at_trx_commit is {flush}, not 1 (a crash loses the last \
+                 second of commits)"
+            )
+        });
+        let durability = Durability::judge(NAME, problem, self.server.allow_volatile)?;
         Ok(MysqlStorage {
+            durability,
             pool,
             sql: Arc::new(sql),
         })
@@ -112,6 +146,9 @@ impl MysqlStorage {
 #[derive(Debug)]
 struct Statements {
     create_table: String,
+    create_floor: String,
+    key_column_type: String,
+    migrate_key_column: String,
     now: String,
     get: String,
     create: String,
@@ -130,13 +167,14 @@ impl Statements {
         // `version` goes first and records the decision; later columns test `mine`.
         let mine = "version = VALUES(version)";
         let live = format!("(count > 0 AND expires_at > {NOW})");
-        // The key column has a binary collation (byte order, like every other backend), which
-        // the driver reports as VARBINARY; read it back as text.
+        // The key column is VARBINARY: keys compare and sort as bytes, like on every other
+        // backend (a PAD SPACE collation such as `utf8mb4_bin` made `a` and `a ` one key);
+        // read it back as text.
         let select = COLUMNS.replacen("lock_key", "CONVERT(lock_key USING utf8mb4) AS lock_key", 1);
         Self {
             create_table: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (
-                    lock_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,
+                    lock_key VARBINARY(1024) PRIMARY KEY,
                     version BIGINT NOT NULL,
                     owner VARBINARY(16) NOT NULL,
                     count BIGINT NOT NULL,
@@ -148,6 +186,16 @@ impl Statements {
                     holder_note TEXT NULL
                 ) ENGINE = InnoDB"
             ),
+            // The fencing floor's row exists from the start, so that an acquisition can lock it.
+            create_floor: format!(
+                "INSERT IGNORE INTO {t} ({COLUMNS})
+                 VALUES ('{FENCING_FLOOR_KEY}', 0, UNHEX(REPEAT('00', 16)), 0, 0, 0, 0, NULL, NULL, NULL)"
+            ),
+            key_column_type: format!(
+                "SELECT DATA_TYPE FROM information_schema.COLUMNS
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{t}' AND COLUMN_NAME = 'lock_key'"
+            ),
+            migrate_key_column: format!("ALTER TABLE {t} MODIFY lock_key VARBINARY(1024) NOT NULL"),
             now: format!("SELECT {NOW}"),
             get: format!("SELECT {select} FROM {t} WHERE lock_key = ?"),
             create: format!(
@@ -164,10 +212,16 @@ impl Statements {
                  WHERE lock_key >= ? AND LOCATE(?, lock_key) = 1 AND lock_key > ?
                  ORDER BY lock_key LIMIT ?"
             ),
-            // key, version, owner, floor key, lease, host, pid, note, reentrant
+            // key, version, owner, floor key, lease, host, pid, note, reentrant.
+            // The floor is a locking read (`LOCK IN SHARE MODE`, which MySQL 8 and MariaDB both
+            // accept): a sweep raises the floor before it deletes tombstones, so the raise waits
+            // for this statement, and a raise committed before it is seen. A consistent read
+            // could return a floor older than a deletion the insert then relies on, and so
+            // re-issue a token.
             acquire: format!(
                 "INSERT INTO {t} ({COLUMNS})
-                 SELECT ?, ?, ?, 1, COALESCE((SELECT f.fencing FROM {t} AS f WHERE f.lock_key = ?), 0) + 1,
+                 SELECT ?, ?, ?, 1,
+                        COALESCE((SELECT f.fencing FROM {t} AS f WHERE f.lock_key = ? LOCK IN SHARE MODE), 0) + 1,
                         {NOW}, {NOW} + ?, ?, ?, ?
                  ON DUPLICATE KEY UPDATE
                     version = IF(NOT {live} OR (? AND owner = VALUES(owner)), VALUES(version), version),
@@ -199,6 +253,25 @@ impl Statements {
     }
 }
 
+/// Tables created by earlier versions had a text key with a PAD SPACE collation: move them to
+/// bytes. Runs only when the catalog shows the old type.
+async fn migrate(pool: &MySqlPool, sql: &Statements) -> Result<(), StorageError> {
+    let ty: Option<String> = query(&sql.key_column_type)
+        .fetch_optional(pool)
+        .await
+        .map_err(err("migrate table"))?
+        .map(|r| r.try_get::<String, _>(0))
+        .transpose()
+        .map_err(err("migrate table"))?;
+    if ty.is_some_and(|t| !t.eq_ignore_ascii_case("varbinary")) {
+        query(&sql.migrate_key_column)
+            .execute(pool)
+            .await
+            .map_err(err("migrate table"))?;
+    }
+    Ok(())
+}
+
 fn err(operation: &'static str) -> impl Fn(sqlx::Error) -> StorageError {
     move |e| StorageError::backend(NAME, operation, e)
 }
@@ -210,7 +283,9 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
 
     fn capabilities(&self) -> Capabilities {
         // try_acquire takes two round trips (see the module docs).
-        Capabilities::linearizable().with_conditional_delete(true)
+        Capabilities::linearizable()
+            .with_conditional_delete(true)
+            .with_durability(self.durability)
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

@@ -11,18 +11,24 @@
 //!   expiry, so a lost notification costs latency, never correctness.
 //! * Linearizable on a single primary. Not across asynchronous-replica failover: a replica
 //!   promoted before it received the last commits can grant a lock that was held.
+//! * **Durability**: every connection sets `synchronous_commit = on` (whatever the server, role
+//!   or URL default: a grant acknowledged before its WAL flush and lost in a crash could be
+//!   handed out again, with its fencing token), and `open` refuses a server running with
+//!   `fsync = off` unless [`PostgresStorageBuilder::allow_volatile`] (`?durability=volatile`).
 //! * Versions come from a sequence (`<table>_version`), so a CAS never confuses a recreated row
 //!   with an old one.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
-use sqlx::{Row, query};
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, NotificationSource, Notifications,
-    OwnerId, ReleaseOutcome, RenewOutcome, StorageError, Timestamp,
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, NotificationSource,
+    Notifications, OwnerId, ReleaseOutcome, RenewOutcome, StorageError, Timestamp,
 };
 
 use crate::naming::validate_table_name;
@@ -30,6 +36,13 @@ use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, timestamp};
 use crate::server::{ServerOptions, server_setters};
 
 const NAME: &str = "postgres";
+/// What every connection sets before its first statement, whatever the server, database, role
+/// or URL default: the isolation the statements are written for (a snapshot per statement;
+/// the acquisition locks the floor row it reads), and commits that wait for the WAL flush (a
+/// grant acknowledged and then lost in a crash could be handed out twice).
+const SESSION: &str = "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    SET synchronous_commit = on";
+
 /// The server clock in milliseconds, fixed for the whole statement.
 const NOW: &str = "floor(extract(epoch from statement_timestamp()) * 1000)::bigint";
 
@@ -39,6 +52,7 @@ pub struct PostgresStorage {
     pool: PgPool,
     sql: Arc<Statements>,
     listener: Arc<Notifications<PgSource>>,
+    durability: Durability,
 }
 
 /// Configures and opens a [`PostgresStorage`].
@@ -77,31 +91,32 @@ impl PostgresStorageBuilder {
         if let Some(schema) = &self.schema {
             validate_table_name(schema).map_err(|e| StorageError::backend(NAME, "open", e))?;
         }
+        let options = PgConnectOptions::from_str(url).map_err(err("open"))?;
         let pool = PgPoolOptions::new()
             .max_connections(self.server.max_connections)
             .acquire_timeout(self.server.acquire_timeout)
-            .connect(url)
+            .after_connect(|conn, _| Box::pin(async move { conn.execute(SESSION).await.map(drop) }))
+            .connect_with(options)
             .await
             .map_err(err("open"))?;
         let sql = Statements::new(self.schema.as_deref(), &self.server.table);
-        // Serialize concurrent schema creation (CREATE … IF NOT EXISTS races in PostgreSQL).
-        let mut tx = pool.begin().await.map_err(err("create table"))?;
-        query("SELECT pg_advisory_xact_lock(7262817271)")
-            .execute(&mut *tx)
+        create_schema(&pool, &sql).await?;
+        let fsync: String = query("SELECT current_setting('fsync')")
+            .fetch_one(&pool)
             .await
-            .map_err(err("create table"))?;
-        for ddl in &sql.ddl {
-            query(ddl)
-                .execute(&mut *tx)
-                .await
-                .map_err(err("create table"))?;
-        }
-        tx.commit().await.map_err(err("create table"))?;
+            .map_err(err("open"))?
+            .try_get(0)
+            .map_err(err("open"))?;
+        let problem = (fsync != "on").then(|| {
+            format!("fsync is {fsync:?}, not \"on\" (a crash of the machine loses commits)")
+        });
+        let durability = Durability::judge(NAME, problem, self.server.allow_volatile)?;
         let listener = Arc::new(Notifications::new(PgSource {
             pool: pool.clone(),
             channel: sql.channel.clone(),
         }));
         Ok(PostgresStorage {
+            durability,
             pool,
             sql: Arc::new(sql),
             listener,
@@ -124,6 +139,8 @@ impl PostgresStorage {
 #[derive(Debug)]
 struct Statements {
     ddl: Vec<String>,
+    has_waiters_column: String,
+    add_waiters_column: String,
     channel: String,
     now: String,
     get: String,
@@ -165,12 +182,24 @@ impl Statements {
                 waiters BOOLEAN NOT NULL DEFAULT false
             )"
         ));
-        // Tables created before the column existed.
+        // The fencing floor's row exists from the start, so that an acquisition can lock it
+        // (see `acquire`): a row that does not exist yet cannot be locked.
         ddl.push(format!(
-            "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters BOOLEAN NOT NULL DEFAULT false"
+            "INSERT INTO {t} ({COLUMNS}) VALUES ('{FENCING_FLOOR_KEY}', 0, '\\x00000000000000000000000000000000'::bytea, 0, 0, 0, 0, NULL, NULL, NULL)
+             ON CONFLICT (lock_key) DO NOTHING"
         ));
+        let schema_test =
+            schema.map_or_else(|| "current_schema()".to_owned(), |s| format!("'{s}'"));
         Self {
             ddl,
+            has_waiters_column: format!(
+                "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+                 WHERE table_schema = {schema_test} AND table_name = '{table}'
+                   AND column_name = 'waiters')"
+            ),
+            add_waiters_column: format!(
+                "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters BOOLEAN NOT NULL DEFAULT false"
+            ),
             channel: format!("storage_lock_{table}"),
             now: format!("SELECT {NOW}"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE lock_key = $1"),
@@ -190,6 +219,11 @@ impl Statements {
                  ORDER BY lock_key LIMIT $4"
             ),
             // $1 key, $2 owner, $3 lease ms, $4 host, $5 pid, $6 note, $7 reentrant, $8 floor key.
+            // The fencing floor is read `FOR SHARE`: a sweep raises the floor (an UPDATE of that
+            // row) before it deletes tombstones, so it waits until this statement commits, and a
+            // floor raised after the statement's snapshot is still seen (a locking read at READ
+            // COMMITTED reads the newest committed row). A plain snapshot read could miss a raise
+            // whose deletions then let the INSERT through with a token already issued.
             // The busy branch reads the statement's snapshot: the record as the upsert found it.
             // A busy attempt also sets `waiters`, so that the release notifies (uncontended
             // releases skip NOTIFY, whose commit-time lock serializes concurrent commits). If the
@@ -199,7 +233,7 @@ impl Statements {
             acquire: format!(
                 "WITH ins AS (
                     INSERT INTO {t} AS cur ({COLUMNS}) VALUES ($1, {next}, $2, 1,
-                        COALESCE((SELECT fencing FROM {t} WHERE lock_key = $8), 0) + 1,
+                        COALESCE((SELECT fencing FROM {t} WHERE lock_key = $8 FOR SHARE), 0) + 1,
                         {NOW}, {NOW} + $3, $4, $5, $6)
                     ON CONFLICT (lock_key) DO UPDATE SET
                         version = {next},
@@ -253,6 +287,44 @@ impl Statements {
     }
 }
 
+/// Creates what is missing (schema, sequence, table, the floor's row) and migrates tables made
+/// by earlier versions. Statements that take a table lock run only when the catalog says they
+/// are needed, under a `lock_timeout`: an `ALTER TABLE` queued behind a session that read the
+/// table would block every lock operation behind it (renewals included) until that session
+/// ends.
+async fn create_schema(pool: &PgPool, sql: &Statements) -> Result<(), StorageError> {
+    let mut tx = pool.begin().await.map_err(err("create table"))?;
+    query("SET LOCAL lock_timeout = '5s'")
+        .execute(&mut *tx)
+        .await
+        .map_err(err("create table"))?;
+    // Serialize concurrent schema creation (CREATE … IF NOT EXISTS races in PostgreSQL).
+    query("SELECT pg_advisory_xact_lock(7262817271)")
+        .execute(&mut *tx)
+        .await
+        .map_err(err("create table"))?;
+    for ddl in &sql.ddl {
+        query(ddl)
+            .execute(&mut *tx)
+            .await
+            .map_err(err("create table"))?;
+    }
+    let has_waiters: bool = query(&sql.has_waiters_column)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(err("create table"))?
+        .try_get(0)
+        .map_err(err("create table"))?;
+    if !has_waiters {
+        // Tables created before the column existed.
+        query(&sql.add_waiters_column)
+            .execute(&mut *tx)
+            .await
+            .map_err(err("migrate table"))?;
+    }
+    tx.commit().await.map_err(err("create table"))
+}
+
 fn err(operation: &'static str) -> impl Fn(sqlx::Error) -> StorageError {
     move |e| StorageError::backend(NAME, operation, e)
 }
@@ -296,6 +368,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             .with_conditional_delete(true)
             .with_one_round_trip_ops(true)
             .with_change_notifications(true)
+            .with_durability(self.durability)
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

@@ -13,6 +13,7 @@ pub(crate) struct ServerOptions {
     pub(crate) table: String,
     pub(crate) max_connections: u32,
     pub(crate) acquire_timeout: Duration,
+    pub(crate) allow_volatile: bool,
 }
 
 impl Default for ServerOptions {
@@ -22,6 +23,7 @@ impl Default for ServerOptions {
             table: DEFAULT_TABLE.to_owned(),
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+            allow_volatile: false,
         }
     }
 }
@@ -65,6 +67,15 @@ macro_rules! server_setters {
         /// Pool size (default 16).
         pub fn max_connections(mut self, n: u32) -> Self {
             self.server.max_connections = n.max(1);
+            self
+        }
+
+        /// Accepts a server that can forget acknowledged writes in a crash (see the module
+        /// docs for the settings checked): **exclusion and fencing can break on restart**.
+        /// Default `false`: `open` refuses such a server with [`StorageError::Config`].
+        /// URL form: `?durability=volatile`.
+        pub fn allow_volatile(mut self, yes: bool) -> Self {
+            self.server.allow_volatile = yes;
             self
         }
 

@@ -1,6 +1,8 @@
 //! [`SqliteStorage`]: locks shared by the processes of one host through one SQLite file.
 //!
-//! * **WAL** journal, `synchronous = NORMAL`, a busy timeout (default 5 s) so concurrent writers
+//! * **WAL** journal, `synchronous = FULL` (with `NORMAL`, a power loss can roll back the last
+//!   commits: fencing tokens already issued would be issued again; `NORMAL` only with
+//!   [`SqliteStorageBuilder::allow_volatile`], `?durability=volatile`), a busy timeout (default 5 s) so concurrent writers
 //!   from several processes queue instead of failing.
 //! * Each lock operation is **one statement** (`INSERT … ON CONFLICT DO UPDATE … WHERE …
 //!   RETURNING`, `UPDATE … RETURNING`); only a busy `try_acquire` reads once more to report the
@@ -20,8 +22,8 @@ use sqlx::sqlite::{
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Clock, OwnerId, ReleaseOutcome, RenewOutcome,
-    StorageError, SystemClock, Timestamp,
+    AcquireOutcome, AcquireRequest, Capabilities, Clock, Durability, OwnerId, ReleaseOutcome,
+    RenewOutcome, StorageError, SystemClock, TimeSource, Timestamp,
 };
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
@@ -35,6 +37,8 @@ pub struct SqliteStorage {
     pool: SqlitePool,
     sql: Arc<Statements>,
     clock: Arc<dyn Clock>,
+    time_source: TimeSource,
+    durability: Durability,
 }
 
 /// Configures and opens a [`SqliteStorage`].
@@ -45,6 +49,8 @@ pub struct SqliteStorageBuilder {
     busy_timeout: Duration,
     max_connections: u32,
     clock: Arc<dyn Clock>,
+    time_source: TimeSource,
+    allow_volatile: bool,
 }
 
 impl Default for SqliteStorageBuilder {
@@ -55,6 +61,8 @@ impl Default for SqliteStorageBuilder {
             busy_timeout: Duration::from_secs(5),
             max_connections: 4,
             clock: Arc::new(SystemClock),
+            time_source: TimeSource::Server,
+            allow_volatile: false,
         }
     }
 }
@@ -104,6 +112,14 @@ impl SqliteStorageBuilder {
     /// The clock expiry is judged by (all processes sharing the file must use the same one).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
+        self.time_source = TimeSource::Injected;
+        self
+    }
+
+    /// Commits with `synchronous = NORMAL` instead of `FULL`: faster, but a power loss can
+    /// roll back the last commits, so **fencing tokens can repeat** after a machine crash.
+    pub fn allow_volatile(mut self, yes: bool) -> Self {
+        self.allow_volatile = yes;
         self
     }
 
@@ -126,7 +142,11 @@ impl SqliteStorageBuilder {
             .filename(&path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(if self.allow_volatile {
+                SqliteSynchronous::Normal
+            } else {
+                SqliteSynchronous::Full
+            })
             .busy_timeout(self.busy_timeout);
         let sql = Statements::new(&self.table);
         // Several processes opening a fresh file at once race to switch it to WAL; SQLite
@@ -154,6 +174,12 @@ impl SqliteStorageBuilder {
             pool,
             sql: Arc::new(sql),
             clock: self.clock,
+            time_source: self.time_source,
+            durability: if self.allow_volatile {
+                Durability::Volatile
+            } else {
+                Durability::Durable
+            },
         })
     }
 }
@@ -287,6 +313,8 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
         Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_one_round_trip_ops(true)
+            .with_time_source(self.time_source)
+            .with_durability(self.durability)
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

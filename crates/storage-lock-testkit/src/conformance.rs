@@ -390,7 +390,23 @@ pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
         )
         .await
         .unwrap();
-    assert_eq!(fencing_of(&second), first + 1);
+    assert_next_token(&s, first, fencing_of(&second)).await;
+}
+
+/// The token after `previous` on one key is `previous + 1`, unless the per-storage fencing
+/// floor (raised by sweeps of *other* keys sharing the storage) has passed `previous`: then the
+/// default operations, which take `max(previous, floor) + 1`, may jump above the floor. Always
+/// strictly greater.
+pub async fn assert_next_token<S: Storage>(s: &S, previous: u64, next: u64) {
+    let floor = s.fencing_floor().await.unwrap();
+    if floor <= previous {
+        assert_eq!(next, previous + 1, "floor {floor}");
+    } else {
+        assert!(
+            next > previous,
+            "token {next} after {previous} (floor {floor})"
+        );
+    }
 }
 
 /// Reentrant requests of the owner add levels and keep the token; release removes one level at
@@ -534,4 +550,88 @@ pub async fn sweep_keeps_fencing_monotonic<S: Storage>(s: S) {
         next > last,
         "token went from {last} to {next} across a sweep"
     );
+}
+
+/// Grants made by [`sweeps_racing_acquisitions_keep_tokens_increasing`]:
+/// `STORAGE_LOCK_SWEEP_RACE_GRANTS` or 1500 (raise it for a soak).
+fn sweep_race_grants() -> usize {
+    std::env::var("STORAGE_LOCK_SWEEP_RACE_GRANTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500)
+}
+
+/// Acquisitions racing sweeps: every sweep deletes the tombstones it finds (after raising the
+/// fencing floor), so most acquisitions create a fresh record and read the floor while a sweep
+/// may be raising it. Per key, the tokens of successive grants must strictly increase. A floor
+/// read that does not conflict with the floor raise lets a delayed acquisition re-issue a token
+/// already issued.
+pub async fn sweeps_racing_acquisitions_keep_tokens_increasing<S: Storage>(s: S) {
+    if !s.capabilities().conditional_delete {
+        return; // nothing is ever deleted, so nothing can race a deletion
+    }
+    let s = Arc::new(s);
+    let p = unique_prefix("sweep_race");
+    let keys: Vec<String> = (0..2).map(|i| format!("{p}k{i}")).collect();
+    let logs: Arc<Vec<std::sync::Mutex<Vec<u64>>>> =
+        Arc::new(keys.iter().map(|_| Default::default()).collect());
+    let target = sweep_race_grants();
+    let granted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = || granted.load(std::sync::atomic::Ordering::Relaxed) >= target;
+    let mut tasks = Vec::new();
+    for worker in 0..6 {
+        let (s, keys, logs, granted) = (s.clone(), keys.clone(), logs.clone(), granted.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = worker;
+            while granted.load(std::sync::atomic::Ordering::Relaxed) < target {
+                i += 1;
+                let k = i % keys.len();
+                let owner = OwnerId::random();
+                let req = request(owner, Duration::from_secs(30), false);
+                match s.try_acquire(&keys[k], &req).await.unwrap() {
+                    AcquireOutcome::Acquired { fencing, .. } => {
+                        // Appended while held: the log is in grant order.
+                        logs[k].lock().unwrap().push(fencing);
+                        granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        s.release(&keys[k], owner).await.unwrap();
+                    }
+                    AcquireOutcome::Busy { .. } => tokio::task::yield_now().await,
+                }
+            }
+        }));
+    }
+    let mut sweepers = Vec::new();
+    for _ in 0..2 {
+        let (s, p, granted) = (s.clone(), p.clone(), granted.clone());
+        sweepers.push(tokio::spawn(async move {
+            let mut sweeps = 0u64;
+            while granted.load(std::sync::atomic::Ordering::Relaxed) < target {
+                s.sweep(&p, Duration::ZERO).await.unwrap();
+                sweeps += 1;
+            }
+            sweeps
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut sweeps = 0;
+    for t in sweepers {
+        sweeps += t.await.unwrap();
+    }
+    assert!(done());
+    assert!(sweeps > 0, "no sweep ran");
+    for (key, log) in keys.iter().zip(logs.iter()) {
+        let log = log.lock().unwrap();
+        for pair in log.windows(2) {
+            assert!(
+                pair[1] > pair[0],
+                "{key}: token {} was granted after {} ({} grants, {sweeps} sweeps): a sweep \
+                 raced an acquisition and an old token was issued again",
+                pair[1],
+                pair[0],
+                log.len()
+            );
+        }
+    }
 }

@@ -97,6 +97,7 @@ macro_rules! __all_cases {
                 busy_reports_holder_and_expiry,
                 fresh_keys_start_above_floor,
                 sweep_keeps_fencing_monotonic,
+                sweeps_racing_acquisitions_keep_tokens_increasing,
             ];
             semantics: [
                 matrix_busy_until_wait_runs_out_returns_none,

@@ -69,7 +69,7 @@ pub fn schemes() -> impl Iterator<Item = &'static str> {
 pub async fn connect_storage(url: &str) -> Result<Arc<dyn Storage>, ConnectError> {
     let Some((scheme, _)) = url.split_once(':') else {
         return Err(ConnectError::InvalidUrl {
-            url: url.to_owned(),
+            url: redact_url(url),
             reason: "expected SCHEME:… (e.g. sqlite:///var/lib/locks.db or memory:)".into(),
         });
     };
@@ -108,7 +108,7 @@ fn open_memory(url: String) -> Opened {
 fn open_sqlite(url: String) -> Opened {
     Box::pin(async move {
         let invalid = |reason: &str| ConnectError::InvalidUrl {
-            url: url.clone(),
+            url: redact_url(&url),
             reason: reason.to_owned(),
         };
         let rest = url
@@ -127,24 +127,49 @@ fn open_sqlite(url: String) -> Opened {
                         .map_err(|e| invalid(&e.to_string()))?;
                     builder = builder.table(table);
                 }
-                _ => return Err(invalid(&format!("unknown option {pair:?} (known: table)"))),
+                Some(("durability", v)) => builder = builder.allow_volatile(volatile(&url, v)?),
+                _ => {
+                    return Err(invalid(&format!(
+                        "unknown option {pair:?} (known: table, durability)"
+                    )));
+                }
             }
         }
         Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
     })
 }
 
-/// Splits storage-lock's own query parameters (`ours`) off a URL; the rest stays for the driver.
+/// Splits storage-lock's own query parameters (`ours`) off a URL; the rest stays for the
+/// driver, but only options in `driver` are accepted: a misspelled option (`?tabel=x`) is an
+/// error, never silently ignored.
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
-fn take_params(url: &str, ours: &[&str]) -> (String, Vec<(String, String)>) {
+fn take_params(
+    url: &str,
+    ours: &[&str],
+    driver: &[&str],
+) -> Result<(String, Vec<(String, String)>), ConnectError> {
     let Some((base, query)) = url.split_once('?') else {
-        return (url.to_owned(), Vec::new());
+        return Ok((url.to_owned(), Vec::new()));
     };
     let (mut kept, mut taken) = (Vec::new(), Vec::new());
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some((k, v)) if ours.contains(&k) => taken.push((k.to_owned(), v.to_owned())),
-            _ => kept.push(pair),
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if ours.contains(&k) {
+            taken.push((k.to_owned(), v.to_owned()));
+        } else if driver.contains(&k) {
+            kept.push(pair);
+        } else {
+            return Err(ConnectError::InvalidUrl {
+                url: redact_url(url),
+                reason: format!(
+                    "unknown option {k:?} (known: {})",
+                    ours.iter()
+                        .chain(driver)
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
         }
     }
     let url = if kept.is_empty() {
@@ -152,58 +177,133 @@ fn take_params(url: &str, ours: &[&str]) -> (String, Vec<(String, String)>) {
     } else {
         format!("{base}?{}", kept.join("&"))
     };
-    (url, taken)
+    Ok((url, taken))
+}
+
+/// `durability=volatile` accepts a server that can forget writes; `durability=durable` is the
+/// default.
+fn volatile(url: &str, value: &str) -> Result<bool, ConnectError> {
+    match value {
+        "volatile" => Ok(true),
+        "durable" => Ok(false),
+        other => Err(ConnectError::InvalidUrl {
+            url: redact_url(url),
+            reason: format!("durability must be durable or volatile, not {other:?}"),
+        }),
+    }
+}
+
+/// The URL with any password replaced by `***` (for errors and logs).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{scheme}://{masked}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
 }
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn checked_identifier(url: &str, value: String) -> Result<String, ConnectError> {
     storage_lock_sql::validate_table_name(&value).map_err(|e| ConnectError::InvalidUrl {
-        url: url.to_owned(),
+        url: redact_url(url),
         reason: e.to_string(),
     })?;
     Ok(value)
 }
 
-/// `postgres://user@host:port/db[?table=NAME&schema=NAME&…driver options]`.
+/// `postgres://user@host:port/db[?table=NAME&schema=NAME&durability=volatile&…driver options]`.
 #[cfg(feature = "postgres")]
 fn open_postgres(url: String) -> Opened {
     Box::pin(async move {
-        let (driver_url, params) = take_params(&url, &["table", "schema"]);
+        let (driver_url, params) =
+            take_params(&url, &["table", "schema", "durability"], PG_OPTIONS)?;
         let mut b = storage_lock_sql::PostgresStorage::builder().url(driver_url);
         for (k, v) in params {
-            let v = checked_identifier(&url, v)?;
-            b = if k == "table" {
-                b.table(v)
-            } else {
-                b.schema(v)
+            b = match k.as_str() {
+                "durability" => b.allow_volatile(volatile(&url, &v)?),
+                "table" => b.table(checked_identifier(&url, v)?),
+                _ => b.schema(checked_identifier(&url, v)?),
             };
         }
         Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
     })
 }
 
-/// `mysql://user:password@host:port/db[?table=NAME&…driver options]`.
+/// The PostgreSQL driver's URL options passed through.
+#[cfg(feature = "postgres")]
+const PG_OPTIONS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "options",
+    "application_name",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "statement-cache-capacity",
+];
+
+/// `mysql://user:password@host:port/db[?table=NAME&durability=volatile&…driver options]`.
+/// The session time zone is pinned to UTC (expiry arithmetic depends on it), so `timezone` is
+/// refused.
 #[cfg(feature = "mysql")]
 fn open_mysql(url: String) -> Opened {
     Box::pin(async move {
-        let (driver_url, params) = take_params(&url, &["table"]);
+        let (driver_url, params) = take_params(&url, &["table", "durability"], MYSQL_OPTIONS)?;
         let driver_url = driver_url.replacen("mariadb:", "mysql:", 1);
         let mut b = storage_lock_sql::MysqlStorage::builder().url(driver_url);
-        for (_, v) in params {
-            b = b.table(checked_identifier(&url, v)?);
+        for (k, v) in params {
+            b = match k.as_str() {
+                "durability" => b.allow_volatile(volatile(&url, &v)?),
+                _ => b.table(checked_identifier(&url, v)?),
+            };
         }
         Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
     })
 }
 
-/// `redis://[:password@]host:port[/db][?prefix=PREFIX]`.
+/// The MySQL driver's URL options passed through (not `timezone`: see [`open_mysql`]).
+#[cfg(feature = "mysql")]
+const MYSQL_OPTIONS: &[&str] = &[
+    "ssl-mode",
+    "ssl-ca",
+    "ssl-cert",
+    "ssl-key",
+    "sslmode",
+    "sslca",
+    "charset",
+    "collation",
+    "socket",
+    "statement-cache-capacity",
+];
+
+/// `redis://[:password@]host:port[/db][?prefix=PREFIX&durability=volatile&protocol=resp3]`.
 #[cfg(feature = "redis")]
 fn open_redis(url: String) -> Opened {
     Box::pin(async move {
-        let (driver_url, params) = take_params(&url, &["prefix"]);
+        let (driver_url, params) = take_params(&url, &["prefix", "durability"], &["protocol"])?;
         let mut b = storage_lock_redis::RedisStorage::builder().url(driver_url);
-        for (_, v) in params {
-            b = b.prefix(v);
+        for (k, v) in params {
+            b = match k.as_str() {
+                "durability" => b.allow_volatile(volatile(&url, &v)?),
+                _ => b.prefix(v),
+            };
         }
         Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
     })

@@ -35,14 +35,14 @@
 
 mod connect;
 
-pub use connect::{ConnectError, connect, connect_storage, schemes};
+pub use connect::{ConnectError, connect, connect_storage, redact_url, schemes};
 pub use storage_lock_core::{
     AcquireOptions, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock,
-    DistributedLock, FencedResource, HoldBackend, HolderInfo, KeyNormalizer, LockError, LockEvent,
-    LockEventKind, LockHandle, LockRecord, MAX_NAME_LEN, ManualClock, MemoryStorage, OwnerId, Page,
-    PageRequest, PrefixNormalizer, ProviderInfo, ReentrantHold, ReleaseOutcome, RenewOutcome,
-    RenewalResult, StaleToken, Storage, StorageError, StorageLock, StorageLockBuilder, Stored,
-    SweepReport, SystemClock, TimeSource, Timestamp, Version, Wait,
+    DistributedLock, Durability, FencedResource, HoldBackend, HolderInfo, KeyNormalizer, LockError,
+    LockEvent, LockEventKind, LockHandle, LockRecord, MAX_NAME_LEN, ManualClock, MemoryStorage,
+    OwnerId, Page, PageRequest, PrefixNormalizer, ProviderInfo, ReentrantHold, ReleaseOutcome,
+    RenewOutcome, RenewalResult, StaleToken, Storage, StorageError, StorageLock,
+    StorageLockBuilder, Stored, SweepReport, SystemClock, TimeSource, Timestamp, Version, Wait,
 };
 pub use storage_lock_core::{clock, contract, engine, fault, fenced, memory, storage};
 #[cfg(feature = "redis")]

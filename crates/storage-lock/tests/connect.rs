@@ -45,3 +45,47 @@ async fn unreadable_sqlite_path_is_a_storage_error() {
     let r = connect("sqlite:///proc/definitely/not/here.db").await;
     assert!(matches!(r, Err(ConnectError::Storage(_))), "{r:?}");
 }
+
+/// Misspelled options are errors on every scheme (they were silently ignored on PostgreSQL,
+/// MySQL and Redis), and so is MySQL's `timezone` (the session is pinned to UTC).
+#[tokio::test]
+async fn unknown_options_are_rejected_on_every_scheme() {
+    for url in [
+        "postgres://u@127.0.0.1:1/db?tabel=x",
+        "mysql://root@127.0.0.1:1/test?tabel=x",
+        "mariadb://root@127.0.0.1:1/test?timezone=%2B02:00",
+        "redis://127.0.0.1:1/?prefx=a",
+        "sqlite:///tmp/x.db?tabel=x",
+        "postgres://u@127.0.0.1:1/db?durability=maybe",
+    ] {
+        match connect(url).await {
+            Err(ConnectError::InvalidUrl { reason, .. }) => {
+                assert!(
+                    reason.contains("unknown option") || reason.contains("durability"),
+                    "{url}: {reason}"
+                )
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+}
+
+/// Passwords never reach an error message.
+#[tokio::test]
+async fn passwords_are_redacted_from_errors() {
+    for url in [
+        "postgres://u:s3cret@127.0.0.1:1/db?table=bad-name",
+        "mysql://root:s3cret@127.0.0.1:1/test?nope=1",
+        "redis://:s3cret@127.0.0.1:1/?nope=1",
+        "postgres://u:s3cret@127.0.0.1:1/db",
+    ] {
+        let err = connect(url).await.unwrap_err();
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("s3cret"), "{url}: {shown}");
+    }
+    assert_eq!(
+        storage_lock::redact_url("postgres://u:pw@h:5/db?x=1"),
+        "postgres://u:***@h:5/db?x=1"
+    );
+    assert_eq!(storage_lock::redact_url("redis://h:1/"), "redis://h:1/");
+}

@@ -12,6 +12,53 @@ pub enum TimeSource {
     None,
 }
 
+/// Whether a storage keeps what it acknowledged across a crash or restart of its server.
+///
+/// A storage that forgets an acknowledged write can hand a held lock to a second holder and
+/// issue a fencing token again. Backends set what they can for their own sessions and read the
+/// rest of the server's settings when they open; they refuse to open on settings that can forget
+/// writes unless the caller accepted that explicitly (`?durability=volatile` in the URL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every acknowledged write survives a crash of the server (checked at open, or true by
+    /// construction). For a process-local storage: as long as the process that holds it.
+    Durable,
+    /// The server's settings could not be read (a managed service that hides them); a warning
+    /// was logged once at open. Durable only if the operator made it so.
+    Unverified,
+    /// The caller accepted a storage that can forget writes on a restart: exclusion and
+    /// fencing can break then.
+    Volatile,
+}
+
+impl Durability {
+    /// The verdict of a backend's check at open: `problem` names the setting that can lose
+    /// writes (`None`: durable). A problem is a [`crate::StorageError::Config`] unless
+    /// `allow_volatile`, then [`Durability::Volatile`].
+    ///
+    /// # Errors
+    /// [`crate::StorageError::Config`] when a problem was found and volatility was not accepted.
+    pub fn judge(
+        backend: &str,
+        problem: Option<String>,
+        allow_volatile: bool,
+    ) -> Result<Self, crate::StorageError> {
+        match problem {
+            None => Ok(Self::Durable),
+            Some(_) if allow_volatile => Ok(Self::Volatile),
+            Some(problem) => Err(crate::StorageError::config(
+                backend,
+                format!(
+                    "the server can forget held locks and fencing tokens: {problem}. Fix that \
+                     setting, or accept that exclusion and fencing can break on a restart with \
+                     `?durability=volatile`"
+                ),
+            )),
+        }
+    }
+}
+
 /// The promises a storage makes; [`crate::StorageLock::new`] checks the ones safety rests on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -31,6 +78,8 @@ pub struct Capabilities {
     pub one_round_trip_ops: bool,
     /// Exclusion holds only inside one process.
     pub process_local: bool,
+    /// Whether acknowledged writes survive a crash (see [`Durability`]).
+    pub durability: Durability,
 }
 
 impl Capabilities {
@@ -44,7 +93,14 @@ impl Capabilities {
             change_notifications: false,
             one_round_trip_ops: false,
             process_local: false,
+            durability: Durability::Durable,
         }
+    }
+
+    /// Sets [`Self::durability`].
+    pub const fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
     }
 
     /// Sets [`Self::conditional_delete`].

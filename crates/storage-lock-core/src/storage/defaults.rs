@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use super::{
     AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, ReleaseOutcome, RenewOutcome,
-    Storage, StorageError, Stored, SweepReport, Timestamp,
+    Storage, StorageError, Stored, SweepReport, Timestamp, Version,
 };
 
 pub(super) async fn try_acquire<S: Storage + ?Sized>(
@@ -19,28 +19,66 @@ pub(super) async fn try_acquire<S: Storage + ?Sized>(
     loop {
         let now = s.now().await?;
         let current = s.get(key).await?;
-        let floor = match current {
-            Some(_) => 0,
-            None => s.fencing_floor().await?,
-        };
-        let record = match ops::decide_acquire(current.as_ref().map(|c| &c.record), floor, now, req)
-        {
-            AcquireDecision::Busy(outcome) => return Ok(outcome),
-            AcquireDecision::Take(record) => record,
-            AcquireDecision::Reenter { count, expires_at } => LockRecord {
-                count,
-                expires_at,
-                ..current
-                    .as_ref()
-                    .map(|c| c.record.clone())
-                    .expect("reentry needs a record")
+        let record = match current.as_ref().map(|c| &c.record) {
+            Some(rec) if rec.is_held_at(now) => {
+                // Busy or reentry: the floor plays no part.
+                match ops::decide_acquire(Some(rec), 0, now, req) {
+                    AcquireDecision::Busy(outcome) => return Ok(outcome),
+                    AcquireDecision::Reenter { count, expires_at } => LockRecord {
+                        count,
+                        expires_at,
+                        ..rec.clone()
+                    },
+                    AcquireDecision::Take(record) => record,
+                }
+            }
+            // A new hold: its token must exceed every token a sweep deleted, so the floor is
+            // read after the record (see `decide_acquire`).
+            rec => match ops::decide_acquire(rec, s.fencing_floor().await?, now, req) {
+                AcquireDecision::Take(record) => record,
+                other => unreachable!("a free key is always taken, not {other:?}"),
             },
         };
-        match write(s, key, current.as_ref(), &record).await {
-            Ok(()) => return Ok(ops::acquired(&record)),
+        let version = match write(s, key, current.as_ref(), &record).await {
+            Ok(version) => version,
             Err(e) if e.is_cas_conflict() => continue,
             Err(e) => return Err(e),
+        };
+        if current.is_some() {
+            return Ok(ops::acquired(&record));
         }
+        // A create succeeds whenever the key is absent, even if, since the floor was read, the
+        // key was created, released and swept by others (the sweep raising the floor above
+        // their tokens): the token chosen may already have been issued. It is not issued yet
+        // by this call, so check the floor again and move the token above it if needed.
+        match settle_fresh_token(s, key, version, record).await? {
+            Some(record) => return Ok(ops::acquired(&record)),
+            None => continue,
+        }
+    }
+}
+
+/// After `record` was created under `version`: if the fencing floor has reached its token,
+/// raises the token above the floor (compare-and-set on `version`). `None` if the record
+/// changed meanwhile (only possible once its lease ran out): acquire again.
+async fn settle_fresh_token<S: Storage + ?Sized>(
+    s: &S,
+    key: &str,
+    version: Version,
+    record: LockRecord,
+) -> Result<Option<LockRecord>, StorageError> {
+    let floor = s.fencing_floor().await?;
+    if record.fencing > floor {
+        return Ok(Some(record));
+    }
+    let record = LockRecord {
+        fencing: floor.saturating_add(1),
+        ..record
+    };
+    match s.update(key, &version, &record).await {
+        Ok(_) => Ok(Some(record)),
+        Err(e) if e.is_cas_conflict() => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -64,7 +102,7 @@ pub(super) async fn renew<S: Storage + ?Sized>(
             ..c.record.clone()
         };
         match write(s, key, current.as_ref(), &record).await {
-            Ok(()) => {
+            Ok(_) => {
                 return Ok(RenewOutcome::Renewed {
                     expires_at: record.expires_at,
                 });
@@ -95,7 +133,7 @@ pub(super) async fn release<S: Storage + ?Sized>(
             ..c.record.clone()
         };
         match write(s, key, current.as_ref(), &record).await {
-            Ok(()) => {
+            Ok(_) => {
                 return Ok(ReleaseOutcome::Released {
                     remaining: record.count,
                 });
@@ -133,7 +171,7 @@ pub(super) async fn raise_fencing_floor<S: Storage + ?Sized>(
             holder: None,
         };
         match write(s, FENCING_FLOOR_KEY, current.as_ref(), &record).await {
-            Ok(()) => return Ok(to),
+            Ok(_) => return Ok(to),
             Err(e) if e.is_cas_conflict() => continue,
             Err(e) => return Err(e),
         }
@@ -187,15 +225,16 @@ pub(super) async fn sweep<S: Storage + ?Sized>(
     Ok(SweepReport { deleted, floor })
 }
 
-/// Creates the record if there was none, else updates it conditionally on the version read.
+/// Creates the record if there was none, else updates it conditionally on the version read;
+/// returns the new version.
 async fn write<S: Storage + ?Sized>(
     s: &S,
     key: &str,
     current: Option<&Stored>,
     record: &LockRecord,
-) -> Result<(), StorageError> {
+) -> Result<Version, StorageError> {
     match current {
-        None => s.create(key, record).await.map(drop),
-        Some(c) => s.update(key, &c.version, record).await.map(drop),
+        None => s.create(key, record).await,
+        Some(c) => s.update(key, &c.version, record).await,
     }
 }

@@ -30,6 +30,16 @@ pub enum StorageError {
         /// The operation.
         operation: &'static str,
     },
+    /// The storage is configured so that it cannot be used (a bad table name, a missing path, an
+    /// unknown URL option), or so that it cannot keep the lock's guarantees (a server that can
+    /// forget acknowledged writes, unless that was explicitly accepted). Retrying cannot help.
+    #[error("{backend}: {reason}")]
+    Config {
+        /// The backend's name.
+        backend: String,
+        /// What is wrong, and how to fix it (never credentials).
+        reason: String,
+    },
     /// A stored record could not be decoded.
     #[error("the record for key {key:?} is malformed: {reason}")]
     Corrupt {
@@ -62,6 +72,14 @@ impl StorageError {
             backend: backend.into(),
             operation,
             source: source.into(),
+        }
+    }
+
+    /// A [`StorageError::Config`].
+    pub fn config(backend: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Config {
+            backend: backend.into(),
+            reason: reason.into(),
         }
     }
 

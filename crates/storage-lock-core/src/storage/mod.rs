@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use capabilities::{Capabilities, TimeSource};
+pub use capabilities::{Capabilities, Durability, TimeSource};
 pub use change::{ChangeWait, NotificationSource, Notifications, Waiters};
 pub use error::StorageError;
 pub use ops::{AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, SweepReport};

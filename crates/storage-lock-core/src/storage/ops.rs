@@ -108,8 +108,12 @@ pub enum AcquireDecision {
 }
 
 /// The acquire rule: a free key (no record, a tombstone, or an expired hold) goes to the
-/// requester with fencing `previous + 1` (`floor + 1` for a fresh key); the owner's own live hold
-/// gains a level if `reentrant`, keeping its fencing token; anything else is busy.
+/// requester with fencing `max(previous, floor) + 1` (`floor + 1` for a fresh key); the owner's
+/// own live hold gains a level if `reentrant`, keeping its fencing token; anything else is busy.
+///
+/// `floor` must have been read *after* `current` (a caller that knows the record exists and
+/// cannot have been swept and recreated may pass 0): then every token ever issued for the key
+/// on a record that a sweep deleted is at most `floor`.
 pub fn decide_acquire(
     current: Option<&LockRecord>,
     floor: u64,
@@ -135,7 +139,9 @@ pub fn decide_acquire(
         _ => AcquireDecision::Take(LockRecord {
             owner: req.owner,
             count: 1,
-            fencing: current.map_or(floor, |r| r.fencing).saturating_add(1),
+            fencing: current
+                .map_or(floor, |r| r.fencing.max(floor))
+                .saturating_add(1),
             acquired_at: now,
             expires_at,
             holder: req.holder.clone(),

@@ -1,0 +1,128 @@
+//! The Redis backend refuses a server that can forget writes (the machine's default Redis keeps
+//! nothing on disk: a restart handed out token 1 again and granted held locks a second time),
+//! unless the caller accepts that explicitly. Each test starts its own `redis-server` on a spare
+//! port and stops only that process.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use storage_lock_core::{Durability, Storage, StorageError};
+use storage_lock_redis::{RedisStorage, judge_durability};
+
+/// A `redis-server` of this test's own, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Self {
+        let port = spare_port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/services.sh installs it)");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spare_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn server_without_persistence_is_refused() {
+    let server = Server::start(&["--appendonly", "no"]);
+    let err = RedisStorage::connect(&server.url()).await.unwrap_err();
+    let StorageError::Config { reason, .. } = &err else {
+        panic!("expected a configuration error, got {err:?}")
+    };
+    assert!(reason.contains("appendonly"), "{reason}");
+    assert!(reason.contains("durability=volatile"), "{reason}");
+}
+
+#[tokio::test]
+async fn everysec_fsync_and_allkeys_eviction_are_refused() {
+    let server = Server::start(&["--appendonly", "yes", "--appendfsync", "everysec"]);
+    let err = RedisStorage::connect(&server.url()).await.unwrap_err();
+    assert!(format!("{err}").contains("appendfsync"), "{err}");
+    drop(server);
+    let server = Server::start(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]);
+    let err = RedisStorage::connect(&server.url()).await.unwrap_err();
+    assert!(format!("{err}").contains("maxmemory-policy"), "{err}");
+}
+
+#[tokio::test]
+async fn volatile_server_opens_when_accepted_and_says_so() {
+    let server = Server::start(&["--appendonly", "no"]);
+    let s = RedisStorage::builder()
+        .url(server.url())
+        .allow_volatile(true)
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(s.capabilities().durability, Durability::Volatile);
+}
+
+#[tokio::test]
+async fn durable_server_opens() {
+    let server = Server::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let s = RedisStorage::connect(&server.url()).await.unwrap();
+    assert_eq!(s.capabilities().durability, Durability::Durable);
+}
+
+#[test]
+fn judge() {
+    assert!(judge_durability("yes", "always", "noeviction").is_ok());
+    assert!(judge_durability("yes", "always", "volatile-lru").is_ok());
+    assert!(judge_durability("no", "always", "noeviction").is_err());
+    assert!(judge_durability("yes", "no", "noeviction").is_err());
+    assert!(judge_durability("yes", "always", "allkeys-random").is_err());
+}
