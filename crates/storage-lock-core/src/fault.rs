@@ -42,6 +42,7 @@ pub struct FaultyStorage<S> {
     outage: AtomicBool,
     fail_renewals: AtomicBool,
     delay_micros: AtomicU64,
+    lost_answers: AtomicUsize,
     capabilities: Mutex<Option<Capabilities>>,
 }
 
@@ -54,6 +55,7 @@ impl<S: Storage> FaultyStorage<S> {
             outage: AtomicBool::new(false),
             fail_renewals: AtomicBool::new(false),
             delay_micros: AtomicU64::new(0),
+            lost_answers: AtomicUsize::new(0),
             capabilities: Mutex::new(None),
         }
     }
@@ -77,6 +79,12 @@ impl<S: Storage> FaultyStorage<S> {
     /// While on, `renew` fails with a backend error.
     pub fn set_fail_renewals(&self, on: bool) {
         self.fail_renewals.store(on, Ordering::SeqCst);
+    }
+
+    /// The next `n` `try_acquire` calls are applied by the wrapped storage, but their answers are
+    /// "lost": the caller gets a backend error (a connection that broke after the request left).
+    pub fn lose_next_acquire_answers(&self, n: usize) {
+        self.lost_answers.store(n, Ordering::SeqCst);
     }
 
     /// Sleeps this long before every call (zero: yields once instead), widening race windows.
@@ -162,7 +170,19 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
         self.enter(Op::TryAcquire).await?;
-        self.inner.try_acquire(key, req).await
+        let outcome = self.inner.try_acquire(key, req).await;
+        let lose = self
+            .lost_answers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if lose {
+            return Err(StorageError::backend(
+                self.inner.name(),
+                "injected fault",
+                io::Error::new(io::ErrorKind::ConnectionReset, "answer lost"),
+            ));
+        }
+        outcome
     }
     async fn renew(
         &self,
@@ -189,6 +209,9 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     }
     async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
         self.inner.sweep(prefix, older_than).await
+    }
+    async fn force_release(&self, key: &str) -> Result<Option<LockRecord>, StorageError> {
+        self.inner.force_release(key).await
     }
 }
 

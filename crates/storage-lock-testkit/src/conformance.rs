@@ -635,3 +635,41 @@ pub async fn sweeps_racing_acquisitions_keep_tokens_increasing<S: Storage>(s: S)
         }
     }
 }
+
+/// `force_release` (admin) frees a key whoever holds it, returns the hold it ended, keeps the
+/// fencing token so the next acquisition's is higher, and turns the evicted owner's renewals
+/// into `NotHeld`. A free key reports `None` and stays as it is.
+pub async fn force_release_frees_a_held_key_and_keeps_fencing<S: Storage>(s: S) {
+    let key = unique_prefix("force") + "k";
+    let a = OwnerId::random();
+    let lease = Duration::from_secs(600);
+    let token = fencing_of(
+        &s.try_acquire(&key, &request(a, lease, false))
+            .await
+            .unwrap(),
+    );
+    let ended = s.force_release(&key).await.unwrap().expect("it was held");
+    assert_eq!((ended.owner, ended.fencing), (a, token));
+    assert_eq!(ended.holder.as_ref().map(|h| h.pid), Some(42));
+    assert_eq!(
+        s.renew(&key, a, lease).await.unwrap(),
+        RenewOutcome::NotHeld
+    );
+    assert!(
+        s.force_release(&key).await.unwrap().is_none(),
+        "already free"
+    );
+    let b = OwnerId::random();
+    let next = fencing_of(
+        &s.try_acquire(&key, &request(b, lease, false))
+            .await
+            .unwrap(),
+    );
+    assert_next_token(&s, token, next).await;
+    assert!(
+        s.force_release(&format!("{key}-missing"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

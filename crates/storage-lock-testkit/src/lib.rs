@@ -98,6 +98,7 @@ macro_rules! __all_cases {
                 fresh_keys_start_above_floor,
                 sweep_keeps_fencing_monotonic,
                 sweeps_racing_acquisitions_keep_tokens_increasing,
+                force_release_frees_a_held_key_and_keeps_fencing,
             ];
             semantics: [
                 matrix_busy_until_wait_runs_out_returns_none,
@@ -124,6 +125,9 @@ macro_rules! __all_cases {
                 waiter_acquires_when_holder_expires,
                 dropped_handle_releases_in_background,
                 events_are_emitted,
+                waiting_acquire_rides_out_a_storage_outage,
+                grant_with_a_lost_answer_is_adopted,
+                huge_leases_work_or_fail_typed_without_holding,
             ];
         }
     };

@@ -647,3 +647,116 @@ pub async fn events_are_emitted<S: Storage>(s: S) {
         assert!(kinds.contains(&k), "missing {k:?} in {kinds:?}");
     }
 }
+
+/// A *waiting* acquisition rides out a storage outage: it retries with backoff until its wait
+/// budget ends (it used to fail on the first connection error), and gets the lock once the
+/// storage is back and the holder's lease ran out.
+pub async fn waiting_acquire_rides_out_a_storage_outage<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let name = unique_prefix("outage_wait");
+    let holder = hold(&l, &name, Duration::from_millis(1500)).await;
+    faulty.set_outage(true);
+    let waiter = {
+        let (l, name) = (l.clone(), name.clone());
+        tokio::spawn(async move {
+            l.try_acquire(
+                &name,
+                &opts(Wait::For(Duration::from_secs(15)), Duration::from_secs(30)),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter gave up during the outage"
+    );
+    faulty.set_outage(false);
+    let got = timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the waiter hung")
+        .unwrap()
+        .expect("the waiter failed instead of waiting")
+        .expect("the waiter got nothing");
+    assert!(got.fencing_token() > holder.fencing_token());
+    got.release().await.unwrap();
+}
+
+/// An attempt applied by the storage whose answer was lost (the connection broke on the way
+/// back) is not a lock held by nobody: the next attempt finds the grant under its own owner
+/// and adopts it, instead of waiting for its own lease to run out.
+pub async fn grant_with_a_lost_answer_is_adopted<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let name = unique_prefix("lost_answer");
+    faulty.lose_next_acquire_answers(1);
+    let got = timeout(
+        Duration::from_secs(10),
+        l.try_acquire(
+            &name,
+            &opts(Wait::For(Duration::from_secs(5)), Duration::from_secs(60)),
+        ),
+    )
+    .await
+    .expect("hung")
+    .expect("no error while the wait lasts")
+    .expect("the grant whose answer was lost was not adopted");
+    let stored = faulty.inner().get(got.key()).await.unwrap().unwrap();
+    assert_eq!(stored.record.fencing, got.fencing_token());
+    got.release().await.unwrap();
+    assert!(
+        l.try_acquire(&name, &opts(Wait::None, Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .is_some(),
+        "released, so free"
+    );
+}
+
+/// Leases have no upper bound but the representable one: a lease of centuries works (its
+/// timer is capped, nothing overflows), and a lease ending after the year 9999 is
+/// [`LockError::LeaseOutOfRange`] with nothing left held (it crashed the CLI after taking the
+/// lock, and left a record that broke `list` for everyone).
+pub async fn huge_leases_work_or_fail_typed_without_holding<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("huge_lease");
+    let centuries = Duration::from_secs(86_400 * 365 * 1000);
+    let h = l
+        .try_acquire(&name, &opts(Wait::None, centuries))
+        .await
+        .unwrap()
+        .expect("a 1000-year lease is granted");
+    assert!(!h.is_lost());
+    let left = h
+        .expires_at()
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    assert!(left > centuries - Duration::from_secs(86_400), "{left:?}");
+    assert!(
+        h.time_left()
+            .is_some_and(|t| t > Duration::from_secs(86_400))
+    );
+    let absurd = Duration::from_secs(86_400 * 1_000_000_000);
+    assert!(matches!(
+        h.try_renew(Some(absurd)).await,
+        Err(LockError::LeaseOutOfRange { .. })
+    ));
+    assert!(!h.is_lost(), "a refused renewal changes nothing");
+    assert!(matches!(
+        h.try_renew(None).await.unwrap(),
+        RenewalResult::Renewed { .. }
+    ));
+    h.release().await.unwrap();
+    let r = l.try_acquire(&name, &opts(Wait::None, absurd)).await;
+    assert!(matches!(r, Err(LockError::LeaseOutOfRange { .. })), "{r:?}");
+    let r = l.try_acquire(&name, &opts(Wait::None, Duration::MAX)).await;
+    assert!(matches!(r, Err(LockError::LeaseOutOfRange { .. })), "{r:?}");
+    assert!(
+        l.try_acquire(&name, &opts(Wait::None, Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .is_some(),
+        "nothing may be left held"
+    );
+}

@@ -23,9 +23,11 @@ pub enum LockError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The lease cannot be represented as a deadline on this platform. The lock had been granted
-    /// and was released before this error was returned.
-    #[error("lease of {lease:?} is too long to represent as a deadline")]
+    /// The hold would end after [`crate::Timestamp::MAX`] (year 9999), which no expiry can
+    /// represent. Leases have no other upper bound (a lease longer than a timer can sleep works).
+    /// Nothing is held: the lease was refused before any storage call, or, if the storage's
+    /// clock put the expiry past the limit, the grant was released before this error returned.
+    #[error("a lease of {lease:?} would end after the year 9999, which cannot be represented")]
     LeaseOutOfRange {
         /// The requested lease.
         lease: Duration,

@@ -112,7 +112,7 @@ impl LockHandle {
     /// Builds the handle for a grant; fails (without releasing: the caller must) if the lease
     /// cannot be represented as a local deadline.
     pub(crate) fn new(grant: Grant, backend: impl HoldBackend) -> Result<Self, LockError> {
-        let deadline = local_deadline(grant.sent_at, grant.lease)?;
+        let deadline = local_deadline(grant.sent_at, grant.lease);
         let shared: Arc<Shared> = Arc::new(Shared {
             name: grant.name,
             key: grant.key,
@@ -244,7 +244,7 @@ impl LockHandle {
             ));
         }
         let lease = lease.unwrap_or(self.shared.lease);
-        local_deadline(Instant::now(), lease)?;
+        lease_representable(lease)?;
         Ok(self.shared.renew(lease, true).await)
     }
 
@@ -288,10 +288,29 @@ impl fmt::Debug for LockHandle {
     }
 }
 
-fn local_deadline(sent_at: Instant, lease: Duration) -> Result<Instant, LockError> {
+/// Whether a hold of `lease` from now ends by [`crate::Timestamp::MAX`] (judged on this host's
+/// clock; the storage's verdict comes with its expiry).
+pub(crate) fn lease_representable(lease: Duration) -> Result<(), LockError> {
+    let ends = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .checked_add(lease);
+    match ends {
+        Some(ends) if ends.as_millis() <= u128::from(crate::Timestamp::MAX.as_millis()) => Ok(()),
+        _ => Err(LockError::LeaseOutOfRange { lease }),
+    }
+}
+
+/// The longest a timer is set for: later deadlines are capped (a lease of centuries still
+/// works; its timer simply never fires within the process's life).
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+fn local_deadline(sent_at: Instant, lease: Duration) -> Instant {
+    let wanted = lease - safety_margin(lease);
+    // `Instant + Duration` must never overflow; if even the cap does not fit, fail closed.
     sent_at
-        .checked_add(lease - safety_margin(lease))
-        .ok_or(LockError::LeaseOutOfRange { lease })
+        .checked_add(wanted.min(FAR_FUTURE))
+        .unwrap_or(sent_at)
 }
 
 impl Shared {
@@ -363,11 +382,7 @@ impl Shared {
                 expires_at,
                 deadline,
             } => {
-                // A lease that fit before the request fits after it, unless time jumped by
-                // centuries; then keep the old (earlier, safe) deadline.
-                if let Ok(new_deadline) = local_deadline(sent_at, lease) {
-                    *deadline = new_deadline;
-                }
+                *deadline = local_deadline(sent_at, lease);
                 *expires_at = confirmed;
                 RenewalResult::Renewed {
                     expires_at: confirmed,

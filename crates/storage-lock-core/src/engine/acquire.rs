@@ -60,6 +60,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError> {
         options.validate()?;
+        crate::contract::lease_representable(options.lease)?;
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
         // Building a span (and an `Instrumented` wrapper) costs even when nobody listens.
         let span = tracing::level_enabled!(tracing::Level::DEBUG)
@@ -168,6 +169,10 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let cancelled = || options.cancel.as_ref().is_some_and(|c| c.is_cancelled());
         let finish = |result: Finish| telemetry::acquire_finished(result, started.elapsed());
         let mut attempt: u32 = 0;
+        let mut failures: u32 = 0;
+        // When a failed attempt may have been granted without our hearing of it: the instant
+        // before it was sent.
+        let mut uncertain_since: Option<Instant> = None;
         loop {
             if cancelled() {
                 self.shared.events.emit(LockEventKind::Cancelled, key, None);
@@ -179,7 +184,12 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 Some(d) => d > started && Instant::now() < d,
             };
             let change = if may_wait {
-                self.storage.as_ref().wait_for_change(key).await?
+                // No notification (e.g. the storage is unreachable): back off instead.
+                self.storage
+                    .as_ref()
+                    .wait_for_change(key)
+                    .await
+                    .unwrap_or_else(|_| ChangeWait::unsupported())
             } else {
                 ChangeWait::unsupported()
             };
@@ -190,11 +200,37 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             };
             let outcome = match self.try_acquire_detached(key, req).await {
                 Ok(outcome) => outcome,
+                // While *waiting*, an unreachable storage is one more reason to wait: retry
+                // with backoff until the budget ends (holding stays fail-closed elsewhere).
+                Err(e @ StorageError::Backend { .. })
+                    if deadline.is_none_or(|d| Instant::now() + RETRY_START < d) =>
+                {
+                    failures = failures.saturating_add(1);
+                    // The request may have been applied although its answer was lost.
+                    uncertain_since.get_or_insert(sent_at);
+                    tracing::warn!(key = %key, error = %e, failures, "acquire failed; retrying while the wait lasts");
+                    let mut wake = Instant::now() + retry_backoff(failures);
+                    if let Some(d) = deadline {
+                        wake = wake.min(d);
+                    }
+                    let cancel = options.cancel.clone().unwrap_or_default();
+                    tokio::select! {
+                        () = tokio::time::sleep_until(wake) => {}
+                        () = cancel.cancelled() => {}
+                    }
+                    continue;
+                }
                 Err(e) => {
                     finish(Finish::Error);
                     return Err(e.into());
                 }
             };
+            if let (Some(since), AcquireOutcome::Busy { now, .. }) = (uncertain_since, &outcome)
+                && let Some(granted) = self.adopt_lost_grant(key, req, *now, since).await
+            {
+                finish(Finish::Acquired);
+                return Ok(Some(granted));
+            }
             let busy_for = match outcome {
                 AcquireOutcome::Acquired {
                     fencing,
@@ -241,6 +277,46 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 () = cancel.cancelled() => {} // reported at the top of the loop
             }
         }
+    }
+}
+
+/// First retry delay after a storage error while waiting; doubles up to [`RETRY_CAP`].
+const RETRY_START: Duration = Duration::from_millis(50);
+/// Longest retry delay after storage errors while waiting.
+const RETRY_CAP: Duration = Duration::from_secs(2);
+
+/// Jittered exponential backoff after `failures` consecutive storage errors.
+fn retry_backoff(failures: u32) -> Duration {
+    let step = RETRY_START
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(RETRY_CAP);
+    let half = step / 2;
+    half + half.mul_f64(rand::random::<f64>())
+}
+
+impl<S: Storage + ?Sized> StorageLock<S> {
+    /// After an attempt whose answer was lost, the storage may report the key busy *because of
+    /// our own grant*: a plain (non-reentrant) request of the same owner is refused. If the
+    /// record shows our owner holding one level, that is our grant: adopt it, with the local
+    /// deadline counted from before the uncertain attempt was sent.
+    async fn adopt_lost_grant(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+        now: Timestamp,
+        sent_at: Instant,
+    ) -> Option<Granted> {
+        if req.reentrant {
+            return None;
+        }
+        let stored = self.storage.as_ref().get(key).await.ok()??;
+        let rec = stored.record;
+        (rec.owner == req.owner && rec.count == 1 && rec.is_held_at(now)).then_some(Granted {
+            fencing: rec.fencing,
+            count: rec.count,
+            expires_at: rec.expires_at,
+            sent_at,
+        })
     }
 }
 

@@ -126,6 +126,43 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         .await
     }
 
+    /// **Admin operation**: frees the lock `name` whoever holds it (a holder gone for good);
+    /// returns the record of the hold it ended, or `None` if nothing was held. The fencing token
+    /// is kept, so the next acquisition's token is strictly higher; the evicted holder's handle
+    /// turns lost at its next renewal or local deadline. See [`Storage::force_release`].
+    ///
+    /// # Errors
+    /// [`LockError::InvalidName`] before any storage call; [`LockError::Storage`] if the
+    /// storage fails.
+    ///
+    /// # Examples
+    /// ```
+    /// # tokio_test_block_on(async {
+    /// use storage_lock_core::{DistributedLock, MemoryStorage, StorageLock};
+    /// let locks = StorageLock::new(MemoryStorage::new()).unwrap();
+    /// let stuck = locks.try_acquire_for("nightly", std::time::Duration::ZERO).await.unwrap().unwrap();
+    /// let ended = locks.force_release("nightly").await.unwrap().expect("it was held");
+    /// assert_eq!(ended.fencing, stuck.fencing_token());
+    /// let next = locks.try_acquire_for("nightly", std::time::Duration::ZERO).await.unwrap().unwrap();
+    /// assert!(next.fencing_token() > stuck.fencing_token());
+    /// # });
+    /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    /// # }
+    /// ```
+    pub async fn force_release(&self, name: &str) -> Result<Option<crate::LockRecord>, LockError> {
+        let key = self.key_for(name)?;
+        let ended = self.storage.as_ref().force_release(&key).await?;
+        if let Some(rec) = &ended {
+            tracing::warn!(key = %key, fencing = rec.fencing, "lock force-released");
+            let key: Arc<str> = Arc::from(&*key);
+            self.shared
+                .events
+                .emit(events::LockEventKind::Released, &key, Some(rec.fencing));
+        }
+        Ok(ended)
+    }
+
     /// Validates `name` and returns the storage key it maps to.
     pub fn key_for<'a>(&self, name: &'a str) -> Result<Cow<'a, str>, LockError> {
         validate_name(name)?;

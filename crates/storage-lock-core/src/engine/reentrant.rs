@@ -43,17 +43,21 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 reason: "the reentrant API has no watchdog; call renew_reentrant".into(),
             });
         }
-        let key = Arc::from(&*self.key_for(name)?);
+        crate::contract::lease_representable(options.lease)?;
+        let key: Arc<str> = Arc::from(&*self.key_for(name)?);
         let req = self.request(owner, options, true);
         let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
             return Ok(None);
         };
-        let expires_at = granted
-            .expires_at
-            .to_system_time()
-            .ok_or(LockError::LeaseOutOfRange {
+        let Some(expires_at) = granted.expires_at.to_system_time() else {
+            // Release the level just taken first, then report.
+            if let Err(e) = self.storage.as_ref().release(&key, owner).await {
+                tracing::warn!(error = %e, "release after an unrepresentable expiry failed");
+            }
+            return Err(LockError::LeaseOutOfRange {
                 lease: options.lease,
-            })?;
+            });
+        };
         Ok(Some(ReentrantHold {
             fencing_token: granted.fencing,
             count: granted.count,

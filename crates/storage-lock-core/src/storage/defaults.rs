@@ -144,6 +144,31 @@ pub(super) async fn release<S: Storage + ?Sized>(
     }
 }
 
+pub(super) async fn force_release<S: Storage + ?Sized>(
+    s: &S,
+    key: &str,
+) -> Result<Option<LockRecord>, StorageError> {
+    loop {
+        let now = s.now().await?;
+        let Some(current) = s.get(key).await? else {
+            return Ok(None);
+        };
+        if !current.record.is_held_at(now) {
+            return Ok(None);
+        }
+        let tombstone = LockRecord {
+            count: 0,
+            expires_at: current.record.expires_at.min(now),
+            ..current.record.clone()
+        };
+        match s.update(key, &current.version, &tombstone).await {
+            Ok(_) => return Ok(Some(current.record)),
+            Err(e) if e.is_cas_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 pub(super) async fn fencing_floor<S: Storage + ?Sized>(s: &S) -> Result<u64, StorageError> {
     Ok(s.get(FENCING_FLOOR_KEY)
         .await?

@@ -128,6 +128,16 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         Ok(page)
     }
 
+    /// **Admin operation**: frees `key` whoever holds it, for a holder that is gone for good.
+    /// Writes a tombstone (the fencing token stays, so the next acquisition's token is still
+    /// strictly higher) and returns the record as it was, or `None` if the key was not held.
+    /// The evicted holder finds out at its next renewal (its handle turns lost) or by its local
+    /// deadline; until then it may still *believe* it holds the lock, which is why the protected
+    /// resource must check fencing tokens.
+    async fn force_release(&self, key: &str) -> Result<Option<LockRecord>, StorageError> {
+        defaults::force_release(self, key).await
+    }
+
     /// Deletes records under `prefix` that have been free for at least `older_than`, after
     /// raising the fencing floor above their tokens, so fencing stays monotonic per key forever.
     /// Needs [`Capabilities::conditional_delete`].
@@ -177,6 +187,9 @@ macro_rules! forward_storage {
             }
             async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
                 (**self).sweep(prefix, older_than).await
+            }
+            async fn force_release(&self, key: &str) -> Result<Option<LockRecord>, StorageError> {
+                (**self).force_release(key).await
             }
         }
     )*};

@@ -35,8 +35,16 @@ impl Timestamp {
         Duration::from_millis(self.0.saturating_sub(earlier.0))
     }
 
-    /// The same instant as a [`SystemTime`], or `None` if the platform cannot represent it.
+    /// The last instant storage-lock gives a meaning to: 9999-12-31T23:59:59.999Z, the end of
+    /// what RFC 3339 (and so every tool that prints an expiry) can write.
+    pub const MAX: Timestamp = Timestamp(253_402_300_799_999);
+
+    /// The same instant as a [`SystemTime`], or `None` if it is later than [`Self::MAX`] or the
+    /// platform cannot represent it.
     pub fn to_system_time(self) -> Option<SystemTime> {
+        if self > Self::MAX {
+            return None;
+        }
         UNIX_EPOCH.checked_add(Duration::from_millis(self.0))
     }
 }
