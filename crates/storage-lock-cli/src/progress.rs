@@ -62,15 +62,17 @@ async fn status_line(storage: &dyn Storage, name: &str, waited: Duration) -> Opt
     let record = storage.get(name).await.ok()?.map(|s| s.record);
     let line = match record.filter(|r| r.is_held_at(now)) {
         Some(r) => format!(
-            "storage-lock: waiting {} for {name:?}: held by {}, token {}, lease left {}",
+            "storage-lock: waiting {} for {}: held by {}, token {}, lease left {}",
             output::duration(waited),
+            output::quoted(name),
             output::holder(r.holder.as_deref()),
             r.fencing,
             output::duration(r.expires_at.saturating_since(now)),
         ),
         None => format!(
-            "storage-lock: waiting {} for {name:?}: free, retrying",
-            output::duration(waited)
+            "storage-lock: waiting {} for {}: free, retrying",
+            output::duration(waited),
+            output::quoted(name)
         ),
     };
     Some(output::shorten(&line, MAX_LINE))
