@@ -120,7 +120,8 @@ const NETWORK_SCHEMES: &[&str] = &[
 ];
 
 /// Rejects malformed network URLs as usage errors before a driver sees them (a driver reports
-/// them as storage errors): a missing `//`, a port that is not a number from 1 to 65535.
+/// them as storage errors): a missing `//`, a port that is not a number from 1 to 65535, a Redis
+/// database that is not a number.
 pub fn check_url(url: &str) -> Result<(), Failure> {
     let Some((scheme, rest)) = url.split_once(':') else {
         return Ok(()); // the facade reports it
@@ -151,6 +152,18 @@ pub fn check_url(url: &str) -> Result<(), Failure> {
         },
         None => host_port.split_once(':').map(|(_, p)| p),
     };
+    if scheme.to_ascii_lowercase().starts_with("redis") {
+        let db = rest[authority.len()..]
+            .split(['?', '#'])
+            .next()
+            .unwrap_or("")
+            .trim_start_matches('/');
+        if !db.is_empty() && db.parse::<u32>().is_err() {
+            return Err(Failure::usage(format!(
+                "invalid storage URL {shown:?}: the database {db:?} is not a number"
+            )));
+        }
+    }
     if let Some(port) = port
         && !port.is_empty()
         && port.parse::<u16>().ok().is_none_or(|p| p == 0)
@@ -202,6 +215,7 @@ mod tests {
             "mysql://root@127.0.0.1:0/test",
             "redis:127.0.0.1:6379",
             "postgres://u@[::1/db",
+            "redis://127.0.0.1:6379/abc",
         ] {
             assert_eq!(
                 check_url(bad).unwrap_err().code,
@@ -214,6 +228,7 @@ mod tests {
             "postgres:///db?host=/run/postgresql",
             "postgres://u@[::1]:5432/db",
             "redis://127.0.0.1/",
+            "redis://127.0.0.1:6379/3?prefix=x",
             "sqlite:///tmp/x.db",
             "memory:",
         ] {
