@@ -10,13 +10,21 @@ use crate::exit;
 
 /// Exit codes and environment, shown at the end of `--help`.
 const AFTER_HELP: &str = "\
+Durations: seconds (10, 0.5) or with a unit (500ms, 30s, 2m, 1h 30m, 7d).
+
+`run` stops the command by the lock's local deadline: SIGTERM to its process group at
+deadline - kill-grace, SIGKILL at the deadline, also if `run` itself is killed or stopped (a
+sentinel process watches it). Processes the command leaves in its group are stopped before the
+lock is released. Pass $STORAGE_LOCK_FENCING_TOKEN to the protected resource: nothing can stop a
+paused machine.
+
 Exit codes:
   0        success (`run`: the command exited 0)
   N        `run`: the command's own exit code
   128+N    `run`: the command was killed by signal N, or the wait was interrupted by it
   2        usage error (bad arguments, unknown scheme, malformed URL, invalid name or token)
   69       storage unavailable (cannot be opened or reached, or an operation failed)
-  75       not acquired: busy until the wait ran out (change with --conflict-exit-code)
+  75       not acquired: busy until the wait ran out (change with -E/--conflict-exit-code)
   76       lock lost while the command ran; token no longer holds its lock (renew/release)
   70       internal error (a bug: please report it)
   126/127  `run`: the command could not be executed / was not found
@@ -24,7 +32,8 @@ Exit codes:
 Environment:
   STORAGE_LOCK_URL   storage URL when --storage is not given
   XDG_STATE_HOME     default storage: $XDG_STATE_HOME/storage-lock/locks.db
-                     (else $HOME/.local/state/storage-lock/locks.db), created on first use
+                     (else $HOME/.local/state/storage-lock/locks.db), created on first use;
+                     it differs per user and environment (cron!): -v shows the one in use
   RUST_LOG           log filter used with -v (tracing env-filter syntax)
 `run` exports to the command: STORAGE_LOCK_NAME, STORAGE_LOCK_FENCING_TOKEN,
 STORAGE_LOCK_EXPIRES_AT (RFC 3339, UTC, expiry at acquisition; renewals extend it).";
@@ -40,7 +49,8 @@ pub struct Cli {
     /// No progress indicator or notices on stderr (errors are still reported).
     #[arg(short, long, global = true)]
     pub quiet: bool,
-    /// Log to stderr via tracing (-v: debug, -vv: trace; RUST_LOG overrides).
+    /// Print the storage in use, and log to stderr via tracing (-v: debug, -vv: trace;
+    /// RUST_LOG overrides).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// What to do.
