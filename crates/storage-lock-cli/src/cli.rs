@@ -10,13 +10,21 @@ use crate::exit;
 
 /// Exit codes and environment, shown at the end of `--help`.
 const AFTER_HELP: &str = "\
+Durations: seconds (10, 0.5) or with a unit (500ms, 30s, 2m, 1h 30m, 7d).
+
+`run` stops the command by the lock's local deadline: SIGTERM to its process group at
+deadline - kill-grace, SIGKILL at the deadline, also if `run` itself is killed or stopped (a
+sentinel process watches it). Processes the command leaves in its group are stopped before the
+lock is released. Pass $STORAGE_LOCK_FENCING_TOKEN to the protected resource: nothing can stop a
+paused machine.
+
 Exit codes:
   0        success (`run`: the command exited 0)
   N        `run`: the command's own exit code
   128+N    `run`: the command was killed by signal N, or the wait was interrupted by it
   2        usage error (bad arguments, unknown scheme, malformed URL, invalid name or token)
   69       storage unavailable (cannot be opened or reached, or an operation failed)
-  75       not acquired: busy until the wait ran out (change with --conflict-exit-code)
+  75       not acquired: busy until the wait ran out (change with -E/--conflict-exit-code)
   76       lock lost while the command ran; token no longer holds its lock (renew/release)
   70       internal error (a bug: please report it)
   126/127  `run`: the command could not be executed / was not found
@@ -24,7 +32,8 @@ Exit codes:
 Environment:
   STORAGE_LOCK_URL   storage URL when --storage is not given
   XDG_STATE_HOME     default storage: $XDG_STATE_HOME/storage-lock/locks.db
-                     (else $HOME/.local/state/storage-lock/locks.db), created on first use
+                     (else $HOME/.local/state/storage-lock/locks.db), created on first use;
+                     it differs per user and environment (cron!): -v shows the one in use
   RUST_LOG           log filter used with -v (tracing env-filter syntax)
 `run` exports to the command: STORAGE_LOCK_NAME, STORAGE_LOCK_FENCING_TOKEN,
 STORAGE_LOCK_EXPIRES_AT (RFC 3339, UTC, expiry at acquisition; renewals extend it).";
@@ -40,7 +49,8 @@ pub struct Cli {
     /// No progress indicator or notices on stderr (errors are still reported).
     #[arg(short, long, global = true)]
     pub quiet: bool,
-    /// Log to stderr via tracing (-v: debug, -vv: trace; RUST_LOG overrides).
+    /// Print the storage in use, and log to stderr via tracing (-v: debug, -vv: trace;
+    /// RUST_LOG overrides).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// What to do.
@@ -71,11 +81,12 @@ pub enum Command {
 #[derive(Debug, Clone, Copy, Args)]
 #[group(multiple = false)]
 pub struct WaitArgs {
-    /// Wait at most DUR for a busy lock (e.g. 500ms, 30s, 2m).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    /// Wait at most DUR for a busy lock: seconds (`10`, `0.5`) or with a unit (`500ms`, `30s`,
+    /// `2m`); at most 100 years.
+    #[arg(short, long, value_name = "DUR", value_parser = parse_wait)]
     pub wait: Option<Duration>,
-    /// Fail at once if the lock is busy.
-    #[arg(long)]
+    /// Fail at once if the lock is busy (silently, like `flock -n`, unless -v).
+    #[arg(short, long)]
     pub no_wait: bool,
     /// Wait until the lock is free (the default).
     #[arg(long)]
@@ -104,21 +115,57 @@ pub struct RunArgs {
     /// How long a hold lasts without renewal; a crashed holder frees the lock after this.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
     pub lease: Duration,
-    /// Renewal interval (default: a third of the lease; must be shorter than the lease).
+    /// Renewal interval (default: a third of the lease; --renew + --kill-grace must be at most
+    /// 90% of the lease).
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub renew: Option<Duration>,
-    /// Note stored with the hold, shown by `list` and `inspect` (default: the command line).
+    /// Note stored with the hold, shown to every user by `list` and `inspect` (default: the
+    /// program name only, never its arguments).
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
-    /// After losing the lock: time between SIGTERM and SIGKILL to the command.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
-    pub kill_grace: Duration,
-    /// Exit code when the lock is not acquired in time.
-    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    /// The command gets SIGTERM this long before the lock's local deadline, SIGKILL at it
+    /// (default: 10s, at most a quarter of the lease; at most half the lease).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub kill_grace: Option<Duration>,
+    /// After the command exits, wait for the rest of its process group instead of stopping it
+    /// (the lock is held meanwhile).
+    #[arg(long)]
+    pub wait_for_group: bool,
+    /// Exit code when the lock is not acquired in time (like `flock -E`).
+    #[arg(short = 'E', long, value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
+    /// Exclusive lock (the default and only kind; accepted for flock(1) habits).
+    #[arg(short = 'x', long)]
+    pub exclusive: bool,
+    /// Shared lock: not supported yet (rejected; read-write locks come later).
+    #[arg(short = 's', long, conflicts_with = "exclusive")]
+    pub shared: bool,
+    /// Run this command string with `sh -c` (like `flock -c`) instead of CMD.
+    #[arg(
+        short = 'c',
+        long = "command",
+        id = "shell_command",
+        value_name = "STRING",
+        conflicts_with = "command"
+    )]
+    pub shell_command: Option<OsString>,
     /// The command and its arguments (after `--`).
-    #[arg(required = true, last = true, value_name = "CMD")]
+    #[arg(
+        required_unless_present = "shell_command",
+        last = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The program and its arguments: `sh -c STRING` for `-c`, else CMD.
+    pub fn argv(&self) -> Vec<OsString> {
+        match &self.shell_command {
+            Some(string) => vec!["sh".into(), "-c".into(), string.clone()],
+            None => self.command.clone(),
+        }
+    }
 }
 
 /// `acquire`'s arguments.
@@ -135,8 +182,8 @@ pub struct AcquireArgs {
     /// Note stored with the hold, shown by `list` and `inspect`.
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
-    /// Exit code when the lock is not acquired in time.
-    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    /// Exit code when the lock is not acquired in time (like `flock -E`).
+    #[arg(short = 'E', long, value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
     /// Print a JSON object (token, name, fencing_token, expires_at) instead of the bare token.
     #[arg(long)]
@@ -148,9 +195,10 @@ pub struct AcquireArgs {
 pub struct RenewArgs {
     /// The lease token printed by `acquire`.
     pub token: String,
-    /// The new lease, counted from now.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
-    pub lease: Duration,
+    /// The new lease, counted from now (default: the lease the hold was acquired with, which
+    /// the token carries; 30s for tokens of the older `v1` format).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
     /// Print a JSON object instead of the bare expiry.
     #[arg(long)]
     pub json: bool,
@@ -195,9 +243,47 @@ pub struct SweepArgs {
     pub prefix: String,
 }
 
-/// Parses a humantime duration (`500ms`, `30s`, `2m`, `1h 30m`).
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (expected e.g. 500ms, 30s, 2m)"))
+/// The longest `--wait` (100 years of 365.25 days): longer waits are `--wait-forever`.
+pub const MAX_WAIT: Duration = Duration::from_secs(36_525 * 86_400);
+
+/// Parses a duration: bare seconds (`10`, `0.5`, as flock(1) takes them) or humantime with
+/// units (`500ms`, `30s`, `2m`, `1h 30m`, `7d`). No upper bound here: the values that only the
+/// CLI uses are bounded where they are used (`--wait` ≤ 100 years, `--kill-grace` ≤ half the
+/// lease).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if let Some(d) = parse_seconds(s) {
+        return d;
+    }
+    humantime::parse_duration(s).map_err(|e| {
+        format!("{e} (expected seconds, e.g. 10 or 0.5, or a duration such as 500ms, 30s, 2m)")
+    })
+}
+
+/// `--wait`: a duration of at most [`MAX_WAIT`].
+fn parse_wait(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > MAX_WAIT {
+        return Err("at most 100 years (use --wait-forever to wait without limit)".into());
+    }
+    Ok(d)
+}
+
+/// `DIGITS[.DIGITS]` as seconds (`None` if `s` is not of that form).
+fn parse_seconds(s: &str) -> Option<Result<Duration, String>> {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits(whole) || !digits(frac) || (s.ends_with('.')) {
+        return None;
+    }
+    let Ok(secs) = whole.parse::<u64>() else {
+        return Some(Err(format!("{s} seconds is too large")));
+    };
+    if frac.len() > 9 {
+        return Some(Err("at most 9 decimal places (nanoseconds)".into()));
+    }
+    let nanos = format!("{frac:0<9}").parse::<u32>().unwrap_or(0);
+    Some(Ok(Duration::new(secs, nanos)))
 }
 
 #[cfg(test)]
@@ -242,5 +328,63 @@ mod tests {
             "1s",
         ]);
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn durations_are_bare_seconds_or_humantime() {
+        let ok = |s: &str| parse_duration(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert_eq!(ok("10"), Duration::from_secs(10));
+        assert_eq!(ok("0.5"), Duration::from_millis(500));
+        assert_eq!(ok("1.000000001"), Duration::new(1, 1));
+        assert_eq!(ok("500ms"), Duration::from_millis(500));
+        assert_eq!(ok("2m"), Duration::from_secs(120));
+        assert_eq!(ok("1000000000d"), Duration::from_secs(86_400_000_000_000));
+        for bad in [
+            "",
+            "1.",
+            ".5",
+            "-1",
+            "1.0000000001",
+            "99999999999999999999",
+            "5x",
+            "1e3",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_wait("100y").is_ok());
+        assert!(parse_wait("101y").is_err());
+        assert!(parse_wait("500000000000y").is_err());
+    }
+
+    #[test]
+    fn flock_short_options() {
+        let cli = Cli::try_parse_from([
+            "storage-lock",
+            "run",
+            "job",
+            "-w",
+            "10",
+            "-E",
+            "3",
+            "-c",
+            "echo hi",
+        ])
+        .expect("valid");
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.wait.wait, Some(Duration::from_secs(10)));
+        assert_eq!(run.conflict_exit_code, 3);
+        assert_eq!(run.argv(), ["sh", "-c", "echo hi"]);
+        let cli =
+            Cli::try_parse_from(["storage-lock", "run", "job", "-n", "--", "true"]).expect("valid");
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert!(run.wait.no_wait);
+        assert!(
+            Cli::try_parse_from(["storage-lock", "run", "job", "-c", "x", "--", "true"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["storage-lock", "run", "job"]).is_err());
     }
 }

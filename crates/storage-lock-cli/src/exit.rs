@@ -7,10 +7,10 @@
 //! | child's | `run`: the command ran; its own exit code is passed through |
 //! | 128 + N | `run`: the command was killed by signal N (or the wait was interrupted by signal N) |
 //! | 0 | any other subcommand succeeded |
-//! | 2 | usage error: bad arguments, unknown scheme, malformed URL, invalid name, invalid token, `--renew` ≥ `--lease` |
+//! | 2 | usage error: bad arguments, unknown scheme, malformed URL, invalid name, invalid token, `--renew` / `--kill-grace` not fitting the lease, `-s` |
 //! | 69 | storage unavailable: cannot be opened, reached, or refused an operation |
 //! | 75 | not acquired: the lock was busy until the wait ran out (`run`, `acquire`; `--conflict-exit-code` changes it) |
-//! | 76 | lock lost or not held: `run` lost the lock while the command ran; `renew`/`release` of a token that no longer holds it |
+//! | 76 | lock lost or not held: `run` lost the lock (or could not renew it in time) while the command ran; `renew`/`release` of a token that no longer holds it (released, or its lease ran out) |
 //! | 70 | internal error (a bug: please report it) |
 //! | 126 | `run`: the command was found but could not be started |
 //! | 127 | `run`: the command was not found |

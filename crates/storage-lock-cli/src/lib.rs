@@ -22,9 +22,11 @@
 pub mod cli;
 pub mod commands;
 pub mod exit;
+pub mod group;
 pub mod output;
 pub mod progress;
 pub mod run;
+pub mod sentinel;
 pub mod signals;
 pub mod storage;
 pub mod token;
@@ -48,11 +50,19 @@ pub fn main() -> ExitCode {
         );
         std::process::exit(i32::from(exit::INTERNAL));
     }));
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if args.first().map(String::as_str) == Some(sentinel::SUBCOMMAND) {
+        return ExitCode::from(sentinel::main(&args[1..]));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(&e),
     };
     init_logging(cli.verbose);
+    storage::set_verbose(cli.verbose > 0 && !cli.quiet);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -75,7 +85,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let url = cli.storage.as_deref();
     let quiet = cli.quiet;
     match cli.command {
-        Command::Run(args) => run::run(args, url, quiet).await,
+        Command::Run(args) => run::run(args, url, quiet, cli.verbose).await,
         Command::Acquire(args) => commands::acquire::acquire(args, url, quiet).await,
         Command::Renew(args) => commands::acquire::renew(args, url, quiet).await,
         Command::Release(args) => commands::acquire::release(args, url, quiet).await,

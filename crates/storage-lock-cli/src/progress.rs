@@ -3,7 +3,8 @@
 //! Shown only when stderr is a terminal and `-q` is not given: every ~200 ms it reads the lock's
 //! record ([`Storage::get`], in parallel with the acquisition, never delaying it) and rewrites one
 //! line with who holds the lock, how long we have waited and the time left on the holder's
-//! lease. The line is erased when the wait ends. Read errors just skip an update.
+//! lease, cut to the terminal's width (so it never wraps). The line is erased when the wait
+//! ends. Read errors just skip an update.
 
 use std::future::Future;
 use std::io::{IsTerminal, Write};
@@ -16,8 +17,18 @@ use crate::output;
 
 /// How often the indicator refreshes.
 const EVERY: Duration = Duration::from_millis(200);
-/// Longest line written, so it never wraps on a normal terminal (wrapping defeats `\r`).
+/// Longest line written when the terminal's width is unknown.
 const MAX_LINE: usize = 100;
+
+/// The width the line may take: one less than stderr's terminal width (a line filling the last
+/// column wraps on some terminals, and wrapping defeats `\r`), or [`MAX_LINE`] if unknown; re-read at
+/// every update, so resizing the window is followed.
+fn line_width() -> usize {
+    match rustix::termios::tcgetwinsize(std::io::stderr()) {
+        Ok(size) if size.ws_col > 0 => usize::from(size.ws_col).saturating_sub(1).max(1),
+        _ => MAX_LINE,
+    }
+}
 
 /// Whether the indicator should be shown.
 pub fn enabled(quiet: bool) -> bool {
@@ -62,18 +73,20 @@ async fn status_line(storage: &dyn Storage, name: &str, waited: Duration) -> Opt
     let record = storage.get(name).await.ok()?.map(|s| s.record);
     let line = match record.filter(|r| r.is_held_at(now)) {
         Some(r) => format!(
-            "storage-lock: waiting {} for {name:?}: held by {}, token {}, lease left {}",
+            "storage-lock: waiting {} for {}: held by {}, token {}, lease left {}",
             output::duration(waited),
+            output::quoted(name),
             output::holder(r.holder.as_deref()),
             r.fencing,
             output::duration(r.expires_at.saturating_since(now)),
         ),
         None => format!(
-            "storage-lock: waiting {} for {name:?}: free, retrying",
-            output::duration(waited)
+            "storage-lock: waiting {} for {}: free, retrying",
+            output::duration(waited),
+            output::quoted(name)
         ),
     };
-    Some(output::shorten(&line, MAX_LINE))
+    Some(output::shorten(&line, line_width()))
 }
 
 /// Replaces the current terminal line with `line` (no newline).

@@ -1,31 +1,51 @@
 //! `storage-lock run NAME -- CMD…`: hold a lock while a command runs.
 //!
-//! 1. Validates everything (name, `--lease`, `--renew` < `--lease`) before opening the storage.
-//! 2. Installs SIGINT/SIGTERM/SIGHUP handlers, then waits for the lock (auto-renewed every
-//!    `--renew`). A signal during the wait stops it (nothing is left held: the engine releases a
-//!    grant that lands after the wait was dropped) and exits 128 + N. Busy until the wait ran out
-//!    → `--conflict-exit-code` (75).
-//! 3. Starts the command with `STORAGE_LOCK_NAME`, `STORAGE_LOCK_FENCING_TOKEN` and
+//! 1. Validates everything (name, `--lease`, `--renew`, `--kill-grace`) before opening the
+//!    storage.
+//! 2. Installs handlers for the forwarded signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
+//!    SIGUSR2, SIGALRM), then waits for the lock (auto-renewed every `--renew`). One of them
+//!    during the wait stops it (nothing is left held: the engine releases a grant that lands
+//!    after the wait was dropped) and exits 128 + N. Busy until the wait ran out →
+//!    `--conflict-exit-code` (75), silently under `--no-wait` unless `-v` (like `flock -n`).
+//! 3. Starts the dead-man switch ([`crate::sentinel`]), then the command in a **process group
+//!    of its own**, with `STORAGE_LOCK_NAME`, `STORAGE_LOCK_FENCING_TOKEN` and
 //!    `STORAGE_LOCK_EXPIRES_AT` (RFC 3339 UTC, the expiry at acquisition) in its environment.
-//! 4. While it runs: forwards SIGINT/SIGTERM/SIGHUP to it; if the lock is **lost** (renewal could
-//!    not confirm the hold before the local deadline, e.g. storage unreachable or this process
-//!    was paused past its lease), sends SIGTERM, then SIGKILL after `--kill-grace`, and exits 76
-//!    once the command has ended.
-//! 5. When the command exits, releases the lock and exits with the command's code (128 + N if a
-//!    signal killed it).
+//! 4. While it runs: forwards the signals above to the command's group, and **stops the command
+//!    by the lock's local deadline** ([`LockHandle::time_left`], re-read at least every 100 ms,
+//!    so every renewal moves it): SIGTERM to the group at deadline − `--kill-grace`, SIGKILL at
+//!    the deadline. A renewal is due long before (`--renew` + `--kill-grace` ≤ 90 % of the
+//!    lease), so this happens only when renewals fail (storage unreachable, this process
+//!    stopped) or the lock is lost (then SIGKILL at most `--kill-grace` after SIGTERM, never
+//!    after the deadline). Exits 76 once the group is gone.
+//! 5. When the command exits, processes it left in its group (`cmd &`) are stopped the same
+//!    way (SIGTERM, SIGKILL after `--kill-grace`) before the lock is released, so nothing the
+//!    command started runs unlocked; `--wait-for-group` waits for them instead (still bounded by
+//!    the deadline). Then releases the lock and exits with the command's code (128 + N if
+//!    signal N killed it).
 //!
-//! **Process groups.** When stdin is not a terminal (cron, CI, scripts), the command runs in a
-//! process group of its own and signals go to that whole group, so its descendants stop too
-//! when the lock is lost. When stdin is a terminal, the command stays in the terminal's
-//! foreground group so it can read from it; the terminal then delivers Ctrl-C to it directly, so
-//! SIGINT is not forwarded again, and signals reach the command itself but not its descendants.
+//! **If `run` itself is killed or stopped**, the sentinel — a separate process outside both
+//! `run`'s and the command's process groups, fed the deadline after every renewal — stops the
+//! command's group: SIGTERM at once and SIGKILL after `--kill-grace` if `run` died, SIGTERM at
+//! deadline − grace and SIGKILL at the deadline if `run` stopped feeding it.
+//!
+//! **What no supervisor can stop**: a machine that is paused or frozen as a whole (VM pause,
+//! suspend), whose processes all resume after the storage gave the lock to someone else;
+//! processes that left the command's process group (`setsid`, job control). Pass
+//! `$STORAGE_LOCK_FENCING_TOKEN` with every write to the protected resource and let it reject
+//! tokens lower than the highest it has seen: that is what makes a late write harmless.
+//!
+//! **Terminals.** When stdin is a terminal and `run` is in its foreground group, the command's
+//! group becomes the terminal's foreground group (`tcsetpgrp`) while it runs, so it reads from
+//! the terminal and Ctrl-C / Ctrl-\ reach its whole group directly; the terminal is given back
+//! when the command exits. Ctrl-Z stops the command's group but not `run`, which keeps renewing
+//! (resume the command with `kill -CONT`); the deadline rules above still apply.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use storage_lock::{AcquireOptions, HolderInfo, LockHandle};
 use tokio::process::{Child, Command};
@@ -34,35 +54,114 @@ use tokio::time::Instant;
 use crate::cli::RunArgs;
 use crate::commands::{busy_notice, validate_lease, validate_name};
 use crate::exit::{self, Failure};
+use crate::group::{Group, Terminal, boottime_nanos};
+use crate::sentinel::Sentinel;
 use crate::signals::Signals;
 use crate::{output, progress, storage};
 
-/// Longest default note (the command line) stored with the hold.
-const MAX_NOTE: usize = 200;
+/// The default `--kill-grace` when the lease allows it.
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+/// How often the deadline is re-read at most (and fed to the sentinel).
+const MAX_POLL: Duration = Duration::from_millis(100);
+/// How often a command's leftover group is checked while it is being stopped.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// After SIGKILL, how long to wait for the group to vanish before releasing anyway (a process
+/// in uninterruptible sleep dies when it wakes up; nothing can be done about it meanwhile).
+const AFTER_KILL: Duration = Duration::from_secs(1);
+
+/// `run`'s validated timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// The lease.
+    pub lease: Duration,
+    /// The renewal interval.
+    pub renew: Duration,
+    /// SIGTERM this long before the local deadline; SIGKILL at it.
+    pub kill_grace: Duration,
+}
+
+impl Timing {
+    /// Checks `--lease`, `--renew` and `--kill-grace` (see the README for the rules):
+    /// `0 < renew < lease`, `kill_grace ≤ lease / 2`, `renew + kill_grace ≤ 90 % of lease`.
+    /// The default kill grace is 10 s, at most a quarter of the lease and at most what the
+    /// last rule leaves.
+    pub fn new(
+        lease: Duration,
+        renew: Option<Duration>,
+        kill_grace: Option<Duration>,
+    ) -> Result<Self, Failure> {
+        validate_lease("--lease", lease)?;
+        let fmt = |d: Duration| humantime::format_duration(d).to_string();
+        let renew = renew.unwrap_or(lease / 3);
+        if renew.is_zero() || renew >= lease {
+            return Err(Failure::usage(format!(
+                "--renew ({}) must be greater than zero and shorter than --lease ({})",
+                fmt(renew),
+                fmt(lease),
+            )));
+        }
+        let room = lease - lease / 10;
+        let kill_grace = kill_grace.unwrap_or_else(|| {
+            DEFAULT_KILL_GRACE
+                .min(lease / 4)
+                .min(room.saturating_sub(renew))
+        });
+        if kill_grace > lease / 2 {
+            return Err(Failure::usage(format!(
+                "--kill-grace ({}) must be at most half of --lease ({})",
+                fmt(kill_grace),
+                fmt(lease),
+            )));
+        }
+        if renew.checked_add(kill_grace).is_none_or(|sum| sum > room) {
+            return Err(Failure::usage(format!(
+                "--renew ({}) + --kill-grace ({}) must be at most 90% of --lease ({}), so a \
+                 renewal lands before the command is told to stop",
+                fmt(renew),
+                fmt(kill_grace),
+                fmt(lease),
+            )));
+        }
+        Ok(Self {
+            lease,
+            renew,
+            kill_grace,
+        })
+    }
+
+    /// How often to re-read the deadline: at most 100 ms, and often enough that a renewal is
+    /// seen well before deadline − grace.
+    fn poll(self) -> Duration {
+        let slack = (self.lease - self.lease / 10).saturating_sub(self.renew + self.kill_grace)
+            + self.lease / 20;
+        (slack / 4).clamp(Duration::from_millis(1), MAX_POLL)
+    }
+}
 
 /// Runs `run`; returns the exit code.
-pub async fn run(args: RunArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
-    validate_name(&args.name)?;
-    validate_lease("--lease", args.lease)?;
-    let renew = args.renew.unwrap_or(args.lease / 3);
-    if renew.is_zero() || renew >= args.lease {
-        return Err(Failure::usage(format!(
-            "--renew ({}) must be greater than zero and shorter than --lease ({})",
-            humantime::format_duration(renew),
-            humantime::format_duration(args.lease),
-        )));
+pub async fn run(
+    args: RunArgs,
+    url: Option<&str>,
+    quiet: bool,
+    verbose: u8,
+) -> Result<u8, Failure> {
+    if args.shared {
+        return Err(Failure::usage(
+            "shared (-s) locks are not supported yet: every lock is exclusive \
+             (read-write locks come later)",
+        ));
     }
-    let Some((program, program_args)) = args.command.split_first() else {
+    validate_name(&args.name)?;
+    let timing = Timing::new(args.lease, args.renew, args.kill_grace)?;
+    let argv = args.argv();
+    let Some((program, program_args)) = argv.split_first() else {
         return Err(Failure::usage("no command given after `--`"));
     };
-    let note = args.note.clone().unwrap_or_else(|| {
-        let line: Vec<_> = args.command.iter().map(|a| a.to_string_lossy()).collect();
-        output::shorten(&line.join(" "), MAX_NOTE)
-    });
+    let note = args.note.clone().unwrap_or_else(|| default_note(program));
     let options = AcquireOptions::default()
         .wait(args.wait.to_wait())
-        .lease(args.lease)
-        .auto_renew(renew)
+        .lease(timing.lease)
+        .auto_renew(timing.renew)
         .note(note);
 
     let opened = storage::open(url, HolderInfo::this_process(), quiet).await?;
@@ -82,8 +181,10 @@ pub async fn run(args: RunArgs, url: Option<&str>, quiet: bool) -> Result<u8, Fa
         }
     };
     let Some(handle) = handle else {
+        // Like `flock -n`: a busy lock under --no-wait is an expected outcome, silent unless -v.
+        let silent = args.wait.no_wait && verbose == 0;
         busy_notice(
-            quiet,
+            quiet || silent,
             opened.storage.as_ref(),
             &args.name,
             started.elapsed(),
@@ -98,26 +199,87 @@ pub async fn run(args: RunArgs, url: Option<&str>, quiet: bool) -> Result<u8, Fa
         "acquired"
     );
 
-    let interactive = std::io::stdin().is_terminal();
-    let child = match spawn(program, program_args, &handle, interactive) {
-        Ok(child) => child,
+    let mut sentinel = match start_sentinel(&handle, timing) {
+        Ok(sentinel) => sentinel,
         Err(failure) => {
             release(&handle, quiet).await;
             return Err(failure);
         }
     };
-    let code = supervise(child, &handle, &mut signals, &args, interactive, quiet).await;
+    let child = match spawn(program, program_args, &handle) {
+        Ok(child) => child,
+        Err(failure) => {
+            sentinel.done();
+            release(&handle, quiet).await;
+            return Err(failure);
+        }
+    };
+    let Some(group) = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(|id| Group(Pid::from_raw(id)))
+    else {
+        sentinel.done();
+        release(&handle, quiet).await;
+        return Err(Failure::new(
+            exit::INTERNAL,
+            "the command has no process id",
+        ));
+    };
+    sentinel.watch(group);
+    let terminal = Terminal::foreground();
+    if let Some(terminal) = &terminal {
+        terminal.give_to(group);
+    }
+    let mut supervisor = Supervisor {
+        handle: &handle,
+        group,
+        sentinel: &mut sentinel,
+        terminal: terminal.as_ref(),
+        timing,
+        wait_for_group: args.wait_for_group,
+        quiet,
+    };
+    let code = supervisor.supervise(child, &mut signals).await;
+    if let Some(terminal) = &terminal {
+        terminal.take_back();
+    }
+    sentinel.done();
     release(&handle, quiet).await;
     code
 }
 
-/// Starts the command with the lock's environment.
-fn spawn(
-    program: &OsString,
-    args: &[OsString],
-    handle: &LockHandle,
-    interactive: bool,
-) -> Result<Child, Failure> {
+/// The note stored when `--note` is not given: the program's file name, never its arguments
+/// (they may hold secrets, and `list` shows notes to everyone who can read the storage).
+fn default_note(program: &OsString) -> String {
+    let path = std::path::Path::new(program);
+    let name = path.file_name().unwrap_or(program.as_os_str());
+    output::shorten(&name.to_string_lossy(), 100)
+}
+
+/// Starts the dead-man switch with the hold's current deadline. Refuses to go on without it.
+fn start_sentinel(handle: &LockHandle, timing: Timing) -> Result<Sentinel, Failure> {
+    let boot = boottime_nanos()
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot read CLOCK_BOOTTIME: {e}")))?;
+    let Some(left) = handle.time_left() else {
+        return Err(Failure::new(
+            exit::LOST,
+            format!(
+                "lock {} was lost before the command could start",
+                output::quoted(handle.name())
+            ),
+        ));
+    };
+    Sentinel::start(boot.saturating_add(left.as_nanos()), timing.kill_grace).map_err(|e| {
+        Failure::new(
+            exit::INTERNAL,
+            format!("cannot start the dead-man switch (the command was not started): {e}"),
+        )
+    })
+}
+
+/// Starts the command with the lock's environment, in a process group of its own.
+fn spawn(program: &OsString, args: &[OsString], handle: &LockHandle) -> Result<Child, Failure> {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("STORAGE_LOCK_NAME", handle.name())
@@ -128,10 +290,8 @@ fn spawn(
         .env(
             "STORAGE_LOCK_EXPIRES_AT",
             output::rfc3339(handle.expires_at()),
-        );
-    if !interactive {
-        cmd.process_group(0);
-    }
+        )
+        .process_group(0);
     cmd.spawn().map_err(|e| {
         let code = match e.kind() {
             std::io::ErrorKind::NotFound => exit::NOT_FOUND,
@@ -139,108 +299,218 @@ fn spawn(
         };
         Failure::new(
             code,
-            format!("cannot run {}: {e}", program.to_string_lossy()),
+            format!(
+                "cannot run {}: {e}",
+                output::escape(&program.to_string_lossy())
+            ),
         )
     })
 }
 
-/// Where signals for the command go.
-#[derive(Clone, Copy)]
-enum Target {
-    /// The command's own process group (non-interactive).
-    Group(Pid),
-    /// The command only (interactive).
-    Process(Pid),
+/// Why `run` is stopping the command's group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// Renewals were not confirmed and the deadline − grace came.
+    Deadline,
+    /// The hold is lost.
+    Lost,
+    /// The command exited and left processes in its group.
+    Leftovers,
 }
 
-impl Target {
-    fn send(self, signal: Signal) {
-        let sent = match self {
-            Self::Group(pid) => killpg(pid, signal),
-            Self::Process(pid) => kill(pid, signal),
-        };
-        // ESRCH: it has just exited; `wait` will report that.
-        if let Err(e) = sent {
-            tracing::debug!(?signal, error = %e, "could not signal the command");
-        }
-    }
-}
-
-/// Waits for the command, forwarding signals and stopping it if the lock is lost.
-async fn supervise(
-    mut child: Child,
-    handle: &LockHandle,
-    signals: &mut Signals,
-    args: &RunArgs,
-    interactive: bool,
+/// The state of one supervised command.
+struct Supervisor<'a> {
+    handle: &'a LockHandle,
+    group: Group,
+    sentinel: &'a mut Sentinel,
+    terminal: Option<&'a Terminal>,
+    timing: Timing,
+    wait_for_group: bool,
     quiet: bool,
-) -> Result<u8, Failure> {
-    let target = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw)
-        .map(|pid| {
-            if interactive {
-                Target::Process(pid)
+}
+
+/// What the supervisor has done so far.
+#[derive(Debug, Default)]
+struct Stopping {
+    /// Why SIGTERM was sent (`None`: not sent).
+    why: Option<Why>,
+    /// When to send SIGKILL.
+    kill_at: Option<Instant>,
+    /// When SIGKILL was sent.
+    killed_at: Option<Instant>,
+}
+
+impl Supervisor<'_> {
+    /// Waits for the command and its group, forwarding signals and stopping them by the
+    /// deadline (see the module docs).
+    async fn supervise(&mut self, mut child: Child, signals: &mut Signals) -> Result<u8, Failure> {
+        let grace = self.timing.kill_grace;
+        let lost = self.handle.lost();
+        tokio::pin!(lost);
+        let mut is_lost = false;
+        let mut deadline = Instant::now().checked_add(self.handle.time_left().unwrap_or_default());
+        let mut status: Option<ExitStatus> = None;
+        let mut stop = Stopping::default();
+        loop {
+            let now = Instant::now();
+            if !is_lost {
+                match self.refresh() {
+                    Some(d) => deadline = d,
+                    None => is_lost = true,
+                }
+            }
+            // Decide.
+            if is_lost && stop.why != Some(Why::Lost) {
+                let kill_at = min_opt(deadline, now.checked_add(grace));
+                self.stop(&mut stop, Why::Lost, kill_at);
+            } else if stop.why.is_none_or(|w| w == Why::Leftovers)
+                && deadline
+                    .and_then(|d| d.checked_sub(grace))
+                    .is_some_and(|t| now >= t)
+            {
+                self.stop(&mut stop, Why::Deadline, deadline);
+            }
+            if let Some(kill_at) = stop.kill_at
+                && stop.killed_at.is_none()
+                && now >= kill_at
+            {
+                tracing::debug!(pgid = %self.group.0, "SIGKILL");
+                self.group.signal(Signal::SIGKILL);
+                stop.killed_at = Some(now);
+            }
+            if status.is_some() {
+                let given_up = stop
+                    .killed_at
+                    .is_some_and(|k| now.saturating_duration_since(k) >= AFTER_KILL);
+                if given_up || !self.group.alive() {
+                    break;
+                }
+            }
+            // Sleep until the next thing to do.
+            let poll = if status.is_some() {
+                DRAIN_POLL
             } else {
-                Target::Group(pid)
+                self.timing.poll()
+            };
+            let mut wake = now.checked_add(poll).unwrap_or(now);
+            if stop.why.is_none_or(|w| w == Why::Leftovers)
+                && let Some(term_at) = deadline.and_then(|d| d.checked_sub(grace))
+            {
+                wake = wake.min(term_at);
             }
-        });
-    let lost = handle.lost();
-    tokio::pin!(lost);
-    let mut was_lost = false;
-    let mut kill_at: Option<Instant> = None;
-    let status = loop {
-        tokio::select! {
-            biased;
-            status = child.wait() => break status,
-            signal = signals.recv() => {
-                if interactive && signal == Signal::SIGINT {
-                    continue; // the terminal delivered it to the command already
-                }
-                tracing::debug!(?signal, "forwarding");
-                if let Some(target) = target {
-                    target.send(signal);
-                }
+            if stop.killed_at.is_none()
+                && let Some(kill_at) = stop.kill_at
+            {
+                wake = wake.min(kill_at);
             }
-            () = &mut lost, if !was_lost => {
-                was_lost = true;
-                if !quiet {
-                    eprintln!(
-                        "storage-lock: lock {:?} lost (fencing token {}); stopping the command \
-                         (SIGTERM, SIGKILL after {})",
-                        handle.name(),
-                        handle.fencing_token(),
-                        humantime::format_duration(args.kill_grace),
-                    );
+            tokio::select! {
+                biased;
+                exited = child.wait(), if status.is_none() => {
+                    let exited = exited.map_err(|e| {
+                        Failure::new(exit::INTERNAL, format!("cannot wait for the command: {e}"))
+                    })?;
+                    status = Some(exited);
+                    if let Some(terminal) = self.terminal {
+                        terminal.take_back();
+                    }
+                    if stop.why.is_none() && !self.wait_for_group && self.group.alive() {
+                        let kill_at = min_opt(deadline, Instant::now().checked_add(grace));
+                        self.stop(&mut stop, Why::Leftovers, kill_at);
+                    }
                 }
-                if let Some(target) = target {
-                    target.send(Signal::SIGTERM);
+                signal = signals.recv() => {
+                    tracing::debug!(?signal, "forwarding");
+                    self.group.signal(signal);
                 }
-                kill_at = Some(Instant::now() + args.kill_grace);
-            }
-            () = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
-                kill_at = None;
-                if let Some(target) = target {
-                    target.send(Signal::SIGKILL);
-                }
+                () = &mut lost, if !is_lost => is_lost = true,
+                () = tokio::time::sleep_until(wake) => {}
             }
         }
-    };
-    let status = status
-        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot wait for the command: {e}")))?;
-    if was_lost {
-        return Err(Failure::new(
-            exit::LOST,
-            format!(
-                "lock {:?} was lost while the command ran (fencing token {}); the command {}",
-                handle.name(),
-                handle.fencing_token(),
-                describe(status),
-            ),
-        ));
+        let status = status.unwrap_or_else(|| ExitStatus::from_raw(0));
+        match stop.why {
+            Some(why @ (Why::Lost | Why::Deadline)) => Err(Failure::new(
+                exit::LOST,
+                format!(
+                    "lock {} {} while the command ran (fencing token {}); the command {}",
+                    output::quoted(self.handle.name()),
+                    if why == Why::Lost {
+                        "was lost"
+                    } else {
+                        "could not be renewed in time"
+                    },
+                    self.handle.fencing_token(),
+                    describe(status),
+                ),
+            )),
+            _ if is_lost || self.handle.time_left().is_none() => Err(Failure::new(
+                exit::LOST,
+                format!(
+                    "lock {} was lost while the command ran (fencing token {}); the command {}",
+                    output::quoted(self.handle.name()),
+                    self.handle.fencing_token(),
+                    describe(status),
+                ),
+            )),
+            _ => Ok(code_of(status)),
+        }
     }
-    Ok(code_of(status))
+
+    /// Re-reads the local deadline and feeds it to the sentinel; `None` if the hold is lost.
+    /// `Some(None)`: a deadline too far to represent (no deadline).
+    fn refresh(&mut self) -> Option<Option<Instant>> {
+        // Both clocks are read before `time_left`, so both deadlines err early, never late.
+        let now = Instant::now();
+        let boot = boottime_nanos().ok();
+        let left = self.handle.time_left()?;
+        if let Some(boot) = boot {
+            self.sentinel.deadline(boot.saturating_add(left.as_nanos()));
+        }
+        Some(now.checked_add(left))
+    }
+
+    /// Sends SIGTERM to the group (unless sent already) and schedules SIGKILL no later than
+    /// `kill_at`.
+    fn stop(&mut self, stop: &mut Stopping, why: Why, kill_at: Option<Instant>) {
+        let first = stop.why.is_none();
+        stop.why = Some(why);
+        stop.kill_at = match (stop.kill_at, kill_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if !self.quiet {
+            let name = output::quoted(self.handle.name());
+            let token = self.handle.fencing_token();
+            let grace = humantime::format_duration(self.timing.kill_grace);
+            match why {
+                Why::Lost => eprintln!(
+                    "storage-lock: lock {name} lost (fencing token {token}); stopping the command \
+                     (SIGTERM, then SIGKILL)"
+                ),
+                Why::Deadline => eprintln!(
+                    "storage-lock: lock {name} not renewed in time (fencing token {token}); \
+                     stopping the command (SIGTERM, SIGKILL in {grace})"
+                ),
+                Why::Leftovers => eprintln!(
+                    "storage-lock: the command exited but left processes in its group; stopping \
+                     them before releasing {name} (SIGTERM, SIGKILL after {grace}; \
+                     --wait-for-group waits for them instead)"
+                ),
+            }
+        }
+        if first || why == Why::Lost {
+            self.sentinel.terminating();
+            tracing::debug!(pgid = %self.group.0, ?why, "SIGTERM");
+            self.group.signal(Signal::SIGTERM);
+        }
+    }
+}
+
+/// The earlier of two optional instants (`None` = never).
+fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The exit code that reports `status`: its code, or 128 + N for signal N.
@@ -266,9 +536,57 @@ async fn release(handle: &LockHandle, quiet: bool) {
         && !quiet
     {
         eprintln!(
-            "storage-lock: warning: could not release lock {:?} (it frees itself when its lease ends): {}",
-            handle.name(),
+            "storage-lock: warning: could not release lock {} (it frees itself when its lease ends): {}",
+            output::quoted(handle.name()),
             Failure::lock("release", &e),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_default_kill_grace_adapts_to_the_lease() {
+        let t = Timing::new(30 * S, None, None).unwrap();
+        assert_eq!((t.renew, t.kill_grace), (10 * S, 7500 * MS));
+        let t = Timing::new(120 * S, None, None).unwrap();
+        assert_eq!(t.kill_grace, 10 * S);
+        let t = Timing::new(S, Some(800 * MS), None).unwrap();
+        assert_eq!(t.kill_grace, 100 * MS, "what --renew leaves");
+        assert!(t.poll() >= MS && t.poll() <= MAX_POLL);
+    }
+
+    #[test]
+    fn the_kill_grace_must_fit_inside_the_lease() {
+        assert!(Timing::new(30 * S, None, Some(15 * S)).is_ok());
+        for (lease, renew, grace) in [
+            (30 * S, None, Some(16 * S)),
+            (30 * S, Some(20 * S), Some(8 * S)),
+            (S, Some(950 * MS), None),
+            (30 * S, None, Some(Duration::MAX)),
+            (30 * S, Some(Duration::MAX), None),
+        ] {
+            let e = Timing::new(lease, renew, grace).unwrap_err();
+            assert_eq!(e.code, exit::USAGE, "{lease:?} {renew:?} {grace:?}");
+        }
+    }
+
+    #[test]
+    fn huge_leases_are_valid_timing() {
+        let lease = Duration::from_secs(86_400 * 1_000_000_000);
+        let t = Timing::new(lease, None, None).unwrap();
+        assert_eq!(t.kill_grace, 10 * S);
+        assert_eq!(t.poll(), MAX_POLL);
+    }
+
+    #[test]
+    fn the_default_note_is_the_program_name_only() {
+        assert_eq!(default_note(&"/usr/bin/pg_dump".into()), "pg_dump");
+        assert_eq!(default_note(&"sh".into()), "sh");
     }
 }

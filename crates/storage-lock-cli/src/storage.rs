@@ -6,13 +6,27 @@
 //! The file and its directory are created on first use, so two shells of one user on one host
 //! exclude each other with nothing installed. Other users have other files: share a lock between
 //! users by passing the same `--storage sqlite://PATH` (a file all of them can write).
+//!
+//! **The default file differs per user and per environment**: cron, systemd units and CI jobs
+//! often run with another `HOME` (or `XDG_STATE_HOME`) than your interactive shell, and then
+//! they lock a different file — they do not exclude each other. `-v` prints the storage in use
+//! (for SQLite, the resolved absolute path); pass `--storage` explicitly wherever two
+//! environments must share a lock.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use storage_lock::{HolderInfo, SqliteStorage, Storage, StorageLock};
 
 use crate::exit::Failure;
+
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// With `-v` (and not `-q`), [`open`] prints the storage in use on stderr.
+pub fn set_verbose(on: bool) {
+    VERBOSE.store(on, Ordering::Relaxed);
+}
 
 /// An opened storage and the lock engine over it.
 pub struct Opened {
@@ -30,11 +44,25 @@ pub struct Opened {
 /// Errors: unknown scheme or malformed URL → usage; cannot open / not fit for locking → storage.
 pub async fn open(url: Option<&str>, holder: HolderInfo, quiet: bool) -> Result<Opened, Failure> {
     let storage = match url {
-        Some(url) => storage_lock::connect_storage(url)
-            .await
-            .map_err(|e| Failure::connect(&e))?,
+        Some(url) => {
+            check_url(url)?;
+            if VERBOSE.load(Ordering::Relaxed) {
+                eprintln!("storage-lock: storage: {}", describe_url(url));
+            }
+            storage_lock::connect_storage(url)
+                .await
+                .map_err(|e| Failure::connect(&e))?
+        }
         None => {
             let path = default_path()?;
+            if VERBOSE.load(Ordering::Relaxed) {
+                eprintln!(
+                    "storage-lock: storage: sqlite://{} (the default for this user: \
+                     $XDG_STATE_HOME or $HOME decide it; pass --storage to share a lock \
+                     across users and environments)",
+                    path.display()
+                );
+            }
             let storage = SqliteStorage::open(&path)
                 .await
                 .map_err(|e| Failure::storage("cannot open the default storage", &e))?;
@@ -79,4 +107,142 @@ pub fn default_path() -> Result<PathBuf, Failure> {
 /// The URL schemes this build knows, for messages.
 pub fn known_schemes() -> String {
     storage_lock::schemes().collect::<Vec<_>>().join(", ")
+}
+
+/// The network schemes whose URLs have an authority (`//[user[:password]@]host[:port]`).
+const NETWORK_SCHEMES: &[&str] = &[
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "redis",
+    "rediss",
+];
+
+/// Rejects malformed network URLs as usage errors before a driver sees them (a driver reports
+/// them as storage errors): a missing `//`, a port that is not a number from 1 to 65535, a Redis
+/// database that is not a number.
+pub fn check_url(url: &str) -> Result<(), Failure> {
+    let Some((scheme, rest)) = url.split_once(':') else {
+        return Ok(()); // the facade reports it
+    };
+    if !NETWORK_SCHEMES
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(scheme))
+    {
+        return Ok(());
+    }
+    let shown = describe_url(url);
+    let Some(rest) = rest.strip_prefix("//") else {
+        return Err(Failure::usage(format!(
+            "invalid storage URL {shown:?}: expected {scheme}://[USER[:PASSWORD]@]HOST[:PORT]/…"
+        )));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let port = match host_port.strip_prefix('[') {
+        // [IPv6]:port
+        Some(v6) => match v6.split_once(']') {
+            Some((_, after)) => after.strip_prefix(':'),
+            None => {
+                return Err(Failure::usage(format!(
+                    "invalid storage URL {shown:?}: unclosed [ in the host"
+                )));
+            }
+        },
+        None => host_port.split_once(':').map(|(_, p)| p),
+    };
+    if scheme.to_ascii_lowercase().starts_with("redis") {
+        let db = rest[authority.len()..]
+            .split(['?', '#'])
+            .next()
+            .unwrap_or("")
+            .trim_start_matches('/');
+        if !db.is_empty() && db.parse::<u32>().is_err() {
+            return Err(Failure::usage(format!(
+                "invalid storage URL {shown:?}: the database {db:?} is not a number"
+            )));
+        }
+    }
+    if let Some(port) = port
+        && !port.is_empty()
+        && port.parse::<u16>().ok().is_none_or(|p| p == 0)
+    {
+        return Err(Failure::usage(format!(
+            "invalid storage URL {shown:?}: the port {port:?} is not a number from 1 to 65535"
+        )));
+    }
+    Ok(())
+}
+
+/// `url` without its password (`postgres://u:***@h/db`), for messages; SQLite paths resolved
+/// to absolute ones.
+pub fn describe_url(url: &str) -> String {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let (path, query) = path.split_once('?').map_or((path, ""), |(p, q)| (p, q));
+        let abs = std::path::absolute(path).unwrap_or_else(|_| PathBuf::from(path));
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        return format!("sqlite://{}{query}", abs.display());
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_network_urls_are_usage_errors() {
+        for bad in [
+            "postgres://u@h:port/db",
+            "postgres://u@h:99999/db",
+            "mysql://root@127.0.0.1:0/test",
+            "redis:127.0.0.1:6379",
+            "postgres://u@[::1/db",
+            "redis://127.0.0.1:6379/abc",
+        ] {
+            assert_eq!(
+                check_url(bad).unwrap_err().code,
+                crate::exit::USAGE,
+                "{bad}"
+            );
+        }
+        for good in [
+            "postgres://u:p@h:5432/db",
+            "postgres:///db?host=/run/postgresql",
+            "postgres://u@[::1]:5432/db",
+            "redis://127.0.0.1/",
+            "redis://127.0.0.1:6379/3?prefix=x",
+            "sqlite:///tmp/x.db",
+            "memory:",
+        ] {
+            assert!(check_url(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(
+            describe_url("postgres://u:secret@h:5432/db?x=1"),
+            "postgres://u:***@h:5432/db?x=1"
+        );
+        assert_eq!(describe_url("redis://:pw@h/"), "redis://:***@h/");
+        assert!(describe_url("sqlite://rel.db").starts_with("sqlite:///"));
+    }
 }

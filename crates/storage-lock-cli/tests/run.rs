@@ -85,11 +85,16 @@ fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
             is_held(dir.path(), &url, &name)
         });
 
-        for (extra, code) in [(None, 75), (Some("9"), 9)] {
-            let mut args = vec!["run", &name, "--no-wait"];
-            if let Some(code) = extra {
-                args.extend(["--conflict-exit-code", code]);
-            }
+        // Like `flock -n`: silent by default, a notice with -v; -E / --conflict-exit-code.
+        for (extra, code, verbose) in [
+            (vec!["--no-wait"], 75, false),
+            (vec!["-n", "-v"], 75, true),
+            (vec!["-n", "--conflict-exit-code", "9"], 9, false),
+            (vec!["-n", "-E", "9", "-v"], 9, true),
+            (vec!["-w", "0.3"], 75, true),
+        ] {
+            let mut args = vec!["run", &name];
+            args.extend(extra.iter().copied());
             args.extend(["--", "true"]);
             let started = Instant::now();
             let out =
@@ -99,9 +104,13 @@ fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
                 "{url}: took {:?}",
                 started.elapsed()
             );
-            assert_eq!(out.status.code(), Some(code), "{url}: {out:?}");
+            assert_eq!(out.status.code(), Some(code), "{url}: {args:?} {out:?}");
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(stderr.contains("not acquired"), "{url}: {stderr}");
+            if verbose {
+                assert!(stderr.contains("not acquired"), "{url}: {args:?} {stderr}");
+            } else {
+                assert_eq!(stderr, "", "{url}: {args:?} must be silent");
+            }
         }
 
         kill(holder.id(), Signal::SIGTERM);
@@ -128,7 +137,7 @@ fn a_paused_holder_loses_the_lock_and_stops_its_command() {
                 "--renew",
                 "300ms",
                 "--kill-grace",
-                "2s",
+                "200ms",
                 "--",
                 "sh",
                 "-c",

@@ -8,8 +8,13 @@
 //! ```sh
 //! token=$(storage-lock acquire nightly --wait 1m --lease 10m) || exit
 //! trap 'storage-lock release "$token"' EXIT
-//! do_work; storage-lock renew "$token" --lease 10m; do_more_work
+//! do_work; storage-lock renew "$token"; do_more_work   # renews by the acquisition's 10m
 //! ```
+//!
+//! The token carries the lease it was acquired with, so `renew TOKEN` without `--lease` keeps
+//! that lease (a 10-minute hold stays a 10-minute hold); `--lease` overrides it for one renewal.
+//! `release` and `renew` of a token whose hold ran out (even if nobody took the lock since) exit
+//! 76: the script lost the lock.
 
 use serde_json::json;
 use storage_lock::{AcquireOptions, HolderInfo, OwnerId};
@@ -62,6 +67,7 @@ pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Resul
         name: args.name,
         owner,
         fencing: hold.fencing_token,
+        lease: Some(args.lease),
     };
     let printed = if args.json {
         output::emit(json!({
@@ -87,11 +93,12 @@ pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Resul
 /// Runs `renew`: prints the new expiry; exit 76 if the token no longer holds its lock.
 pub async fn renew(args: RenewArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
     let token = parse(&args.token)?;
-    validate_lease("--lease", args.lease)?;
+    let lease = args.lease.unwrap_or_else(|| token.default_lease());
+    validate_lease("--lease", lease)?;
     let opened = storage::open(url, script_holder(), quiet).await?;
     let expires_at = opened
         .locks
-        .renew_reentrant(&token.name, token.owner, args.lease)
+        .renew_reentrant(&token.name, token.owner, lease)
         .await
         .map_err(|e| Failure::lock("cannot renew the lock", &e))?
         .ok_or_else(|| not_held(&token))?;
@@ -107,10 +114,25 @@ pub async fn renew(args: RenewArgs, url: Option<&str>, quiet: bool) -> Result<u8
     Ok(0)
 }
 
-/// Runs `release`; exit 76 if the token no longer holds its lock.
+/// Runs `release`; exit 76 if the token no longer holds its lock — also when its lease ran out
+/// and nobody took the lock since (the storage would still accept the release of such a record:
+/// the script has lost the lock all the same, like `renew` reports).
 pub async fn release(args: ReleaseArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
     let token = parse(&args.token)?;
     let opened = storage::open(url, script_holder(), quiet).await?;
+    let live = opened
+        .locks
+        .fencing_token(&token.name, token.owner)
+        .await
+        .map_err(|e| Failure::lock("cannot read the lock", &e))?;
+    if live != Some(token.fencing) {
+        // Still tidy up an expired record of this owner (a no-op if someone else holds it).
+        let _ = opened
+            .locks
+            .unlock_reentrant(&token.name, token.owner)
+            .await;
+        return Err(not_held(&token));
+    }
     match opened
         .locks
         .unlock_reentrant(&token.name, token.owner)
@@ -132,9 +154,10 @@ fn not_held(token: &LeaseToken) -> Failure {
     Failure::new(
         exit::LOST,
         format!(
-            "lock {:?} is no longer held by this token (fencing token {}): it was released, \
+            "lock {} is no longer held by this token (fencing token {}): it was released, \
              or its lease ran out",
-            token.name, token.fencing
+            output::quoted(&token.name),
+            token.fencing
         ),
     )
 }

@@ -54,7 +54,7 @@ pub async fn list(args: ListArgs, url: Option<&str>, quiet: bool) -> Result<u8, 
         let _ = writeln!(
             out,
             "{:<30} {:>8} {:>10}  {}",
-            key,
+            output::escape(key),
             record.fencing,
             output::duration(record.expires_at.saturating_since(now)),
             output::holder(record.holder.as_deref()),
@@ -89,7 +89,7 @@ pub async fn inspect(args: InspectArgs, url: Option<&str>, quiet: bool) -> Resul
         } else {
             let _ = output::emit(format_args!(
                 "{}: no record (never taken, or swept); a first hold gets a fencing token above {floor}",
-                args.name
+                output::escape(&args.name)
             ));
         }
         return Ok(0);
@@ -104,7 +104,7 @@ pub async fn inspect(args: InspectArgs, url: Option<&str>, quiet: bool) -> Resul
         return Ok(0);
     }
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "name:          {}", args.name);
+    let _ = writeln!(out, "name:          {}", output::escape(&args.name));
     let _ = writeln!(out, "state:         {}", output::state(record, now));
     let _ = writeln!(out, "fencing token: {}", record.fencing);
     let _ = writeln!(out, "count:         {}", record.count);

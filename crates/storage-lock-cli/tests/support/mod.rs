@@ -148,3 +148,42 @@ impl Scratch {
         &self.0
     }
 }
+
+/// Whether process `pid` is alive: exists and is not a zombie (an orphan's zombie is never
+/// reaped in some containers, so `kill -0` is not enough).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next())
+                .unwrap_or("X");
+            !matches!(state, "Z" | "X" | "x")
+        }
+        Err(_) => false,
+    }
+}
+
+/// The numbers a child script appended to `path`, one a line (nanoseconds since the epoch).
+pub fn stamps(path: &Path) -> Vec<u128> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Now, in nanoseconds since the epoch (what `date +%s%N` prints).
+pub fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A shell loop appending `date +%s%N` to `$W` every 50 ms, forever. With `ignore_term`, the
+/// loop (and its `sleep`s) ignore SIGTERM.
+pub fn writer_script(ignore_term: bool) -> String {
+    let trap = if ignore_term { "trap '' TERM; " } else { "" };
+    format!("{trap}echo $$ > \"$W.pid\"; while :; do date +%s%N >> \"$W\"; sleep 0.05; done")
+}
