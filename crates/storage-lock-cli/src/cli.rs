@@ -75,6 +75,11 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Delete records of locks free for at least --older-than (the fencing floor is preserved).
     Sweep(SweepArgs),
+    /// Admin: free NAME whoever holds it (a holder gone for good); asks first on a terminal.
+    Break(BreakArgs),
+    /// Show what the storage promises (clock, durability, capabilities); exit 78 if it cannot
+    /// keep the lock's guarantees.
+    Check(CheckArgs),
 }
 
 /// How long to wait for a busy lock (default: forever, like flock(1)).
@@ -241,6 +246,23 @@ pub struct SweepArgs {
     /// Only locks whose name starts with this.
     #[arg(default_value = "")]
     pub prefix: String,
+}
+
+/// `break`'s arguments.
+#[derive(Debug, Args)]
+pub struct BreakArgs {
+    /// The lock to free.
+    pub name: String,
+    /// Do not ask (required when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// `check`'s arguments.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The storage to check (default: --storage, $STORAGE_LOCK_URL, or the default SQLite file).
+    pub url: Option<String>,
 }
 
 /// The longest `--wait` (100 years of 365.25 days): longer waits are `--wait-forever`.

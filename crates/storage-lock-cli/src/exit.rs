@@ -23,6 +23,9 @@ use storage_lock::{ConnectError, LockError, StorageError};
 pub const USAGE: u8 = 2;
 /// The storage cannot be opened or reached, or failed an operation (`EX_UNAVAILABLE`).
 pub const STORAGE: u8 = 69;
+/// The storage's configuration is invalid or cannot keep the lock's guarantees (a server that
+/// can forget writes, a process-local storage in `check`) (`EX_CONFIG`).
+pub const CONFIG: u8 = 78;
 /// The lock was busy until the wait budget ran out (`EX_TEMPFAIL`); the default of
 /// `--conflict-exit-code`.
 pub const CONFLICT: u8 = 75;
@@ -65,7 +68,11 @@ impl Failure {
 
     /// A storage failure while doing `what`.
     pub fn storage(what: &str, error: &StorageError) -> Self {
-        Self::new(STORAGE, format!("{what}: {error}"))
+        let code = match error {
+            StorageError::Config { .. } => CONFIG,
+            _ => STORAGE,
+        };
+        Self::new(code, format!("{what}: {error}"))
     }
 
     /// A lock API failure while doing `what`, classified by kind.
@@ -87,6 +94,9 @@ impl Failure {
                 Self::usage(error.to_string())
             }
             ConnectError::Lock(e) => Self::lock("cannot use the storage", e),
+            ConnectError::Storage(e @ StorageError::Config { .. }) => {
+                Self::storage("cannot use the storage", e)
+            }
             _ => Self::new(STORAGE, format!("cannot open the storage: {error}")),
         }
     }

@@ -92,6 +92,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::List(args) => commands::inspect::list(args, url, quiet).await,
         Command::Inspect(args) => commands::inspect::inspect(args, url, quiet).await,
         Command::Sweep(args) => commands::sweep::sweep(args, url, quiet).await,
+        Command::Break(args) => commands::admin::break_lock(args, url, quiet).await,
+        Command::Check(args) => commands::admin::check(args, url, quiet).await,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The subcommands other than `run`, and what they share with it.
 
 pub mod acquire;
+pub mod admin;
 pub mod inspect;
 pub mod sweep;
 

@@ -1,0 +1,86 @@
+//! `break` (operators free a stuck lock) and `check` (what a storage promises), end to end on
+//! the real binary, on every backend.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::{cli, inspect, is_held, output_within, unique, urls};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn break_frees_a_stuck_lock_and_the_next_token_is_higher() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let name = unique("break");
+        let out = output_within(
+            &mut cli(
+                dir.path(),
+                &url,
+                &["acquire", &name, "--lease", "10m", "--note", "stuck"],
+            ),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        let token = inspect(dir.path(), &url, &name)["fencing_token"]
+            .as_u64()
+            .unwrap();
+        // Not on a terminal and no --yes: refused, nothing changes.
+        let out = output_within(
+            cli(dir.path(), &url, &["break", &name]).stdin(Stdio::null()),
+            LIMIT,
+        );
+        assert_eq!(out.status.code(), Some(2), "{url}: {out:?}");
+        assert!(is_held(dir.path(), &url, &name), "{url}");
+        let out = output_within(
+            cli(dir.path(), &url, &["break", &name, "--yes"]).stdin(Stdio::null()),
+            LIMIT,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{url}: {out:?}");
+        assert!(
+            stdout.contains("broke") && stdout.contains("stuck"),
+            "{url}: {stdout}"
+        );
+        assert!(!is_held(dir.path(), &url, &name), "{url}");
+        let out = output_within(
+            &mut cli(dir.path(), &url, &["acquire", &name, "--no-wait", "--json"]),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        let next = inspect(dir.path(), &url, &name)["fencing_token"]
+            .as_u64()
+            .unwrap();
+        assert!(next > token, "{url}: {next} after {token}");
+        let out = output_within(
+            &mut cli(
+                dir.path(),
+                &url,
+                &["break", &format!("{name}-free"), "--yes"],
+            ),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("was not held"));
+    }
+}
+
+#[test]
+fn check_reports_durable_backends_ok_and_refuses_volatile_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let out = output_within(&mut cli(dir.path(), &url, &["check"]), LIMIT);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{url}: {out:?}");
+        assert!(stdout.contains("durability: durable"), "{url}: {stdout}");
+        assert!(stdout.contains("verdict: ok"), "{url}: {stdout}");
+    }
+    let out = output_within(&mut cli(dir.path(), "memory:", &["check"]), LIMIT);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let sqlite = format!("sqlite://{}/v.db?durability=volatile", dir.path().display());
+    let out = output_within(&mut cli(dir.path(), &sqlite, &["check"]), LIMIT);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("VOLATILE"));
+}
