@@ -301,9 +301,12 @@ fn processes_the_command_leaves_behind_are_stopped_before_the_lock_is_released()
         );
 
         // A leftover that ignores SIGTERM is killed after the grace.
+        // (CMD exits only once the leftover ignores SIGTERM: otherwise a fast SIGTERM can beat
+        // the `trap` and the test measures nothing.)
+        let ready = file(dir.path(), "trap-ready");
         let started = Instant::now();
         let out = output_within(
-            &mut cli(
+            cli(
                 dir.path(),
                 &url,
                 &[
@@ -315,9 +318,11 @@ fn processes_the_command_leaves_behind_are_stopped_before_the_lock_is_released()
                     "--",
                     "sh",
                     "-c",
-                    "(trap '' TERM; sleep 30) & echo started",
+                    "(trap '' TERM; : > \"$R\"; sleep 30) & \
+                     while [ ! -e \"$R\" ]; do sleep 0.01; done; echo started",
                 ],
-            ),
+            )
+            .env("R", &ready),
             LIMIT,
         );
         assert_eq!(out.status.code(), Some(0), "{url}: {out:?}");
