@@ -367,6 +367,11 @@ fn int(key: &str, v: Option<&Value>) -> Result<i64, StorageError> {
     }
 }
 
+fn uint(key: &str, v: Option<&Value>) -> Result<u64, StorageError> {
+    let n = int(key, v)?;
+    u64::try_from(n).map_err(|_| corrupt(key, format!("expected a non-negative integer, got {n}")))
+}
+
 fn text(v: Option<&Value>) -> Option<String> {
     match v {
         Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
@@ -541,9 +546,9 @@ impl Storage for RedisStorage {
             .map_err(err("try_acquire"))?;
         if int(key, reply.first())? == 1 {
             return Ok(AcquireOutcome::Acquired {
-                fencing: int(key, reply.get(1))? as u64,
-                count: int(key, reply.get(2))? as u32,
-                expires_at: Timestamp::from_millis(int(key, reply.get(3))? as u64),
+                fencing: uint(key, reply.get(1))?,
+                count: u32::try_from(uint(key, reply.get(2))?).map_err(|e| corrupt(key, e))?,
+                expires_at: Timestamp::from_millis(uint(key, reply.get(3))?),
             });
         }
         let holder = text(reply.get(3)).map(|host| {
@@ -554,8 +559,8 @@ impl Storage for RedisStorage {
             })
         });
         Ok(AcquireOutcome::Busy {
-            expires_at: Timestamp::from_millis(int(key, reply.get(1))? as u64),
-            now: Timestamp::from_millis(int(key, reply.get(2))? as u64),
+            expires_at: Timestamp::from_millis(uint(key, reply.get(1))?),
+            now: Timestamp::from_millis(uint(key, reply.get(2))?),
             holder,
         })
     }

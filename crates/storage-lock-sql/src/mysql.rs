@@ -169,7 +169,8 @@ impl Statements {
         let live = format!("(count > 0 AND expires_at > {NOW})");
         // The key column is VARBINARY: keys compare and sort as bytes, like on every other
         // backend (a PAD SPACE collation such as `utf8mb4_bin` made `a` and `a ` one key);
-        // read it back as text.
+        // read it back as text. (Statements name the column `{t}.lock_key`: the bare name
+        // would mean this text alias, which sorts by a collation, not by bytes.)
         let select = COLUMNS.replacen("lock_key", "CONVERT(lock_key USING utf8mb4) AS lock_key", 1);
         Self {
             create_table: format!(
@@ -209,8 +210,8 @@ impl Statements {
             delete: format!("DELETE FROM {t} WHERE lock_key = ? AND version = ?"),
             list: format!(
                 "SELECT {select} FROM {t}
-                 WHERE lock_key >= ? AND LOCATE(?, lock_key) = 1 AND lock_key > ?
-                 ORDER BY lock_key LIMIT ?"
+                 WHERE {t}.lock_key >= ? AND LOCATE(?, {t}.lock_key) = 1 AND {t}.lock_key > ?
+                 ORDER BY {t}.lock_key LIMIT ?"
             ),
             // key, version, owner, floor key, lease, host, pid, note, reentrant.
             // The floor is a locking read (`LOCK IN SHARE MODE`, which MySQL 8 and MariaDB both
@@ -293,7 +294,8 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
             .fetch_one(&self.pool)
             .await
             .map_err(err("now"))?
-            .get(0);
+            .try_get(0)
+            .map_err(err("now"))?;
         Ok(timestamp(ms))
     }
 

@@ -376,7 +376,8 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             .fetch_one(&self.pool)
             .await
             .map_err(err("now"))?
-            .get(0);
+            .try_get(0)
+            .map_err(err("now"))?;
         Ok(timestamp(ms))
     }
 
@@ -420,7 +421,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             .fetch_optional(&self.pool)
             .await
             .map_err(err("renew"))?;
-        Ok(crate::row::renew_outcome(row.as_ref()))
+        crate::row::renew_outcome(key, row.as_ref())
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
@@ -431,7 +432,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             .fetch_optional(&self.pool)
             .await
             .map_err(err("release"))?;
-        Ok(crate::row::release_outcome(row.as_ref()))
+        crate::row::release_outcome(key, row.as_ref())
     }
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {

@@ -46,7 +46,7 @@ macro_rules! impl_sql_storage {
                 .bind(version)
                 .bind(record.owner.to_bytes().to_vec())
                 .bind(i64::from(record.count))
-                .bind(record.fencing as i64)
+                .bind(crate::row::fencing_param(key, record.fencing)?)
                 .bind(crate::row::millis(record.acquired_at))
                 .bind(crate::row::millis(record.expires_at))
                 .bind(host)
@@ -56,7 +56,7 @@ macro_rules! impl_sql_storage {
                 .await
                 .map_err(err("create"))?;
             if done.rows_affected() == 1 {
-                Ok(storage_lock_core::Version::from_u64(version as u64))
+                Ok(crate::row::version_of(version))
             } else {
                 Err(storage_lock_core::StorageError::AlreadyExists { key: key.to_owned() })
             }
@@ -74,7 +74,7 @@ macro_rules! impl_sql_storage {
                 .bind(version)
                 .bind(record.owner.to_bytes().to_vec())
                 .bind(i64::from(record.count))
-                .bind(record.fencing as i64)
+                .bind(crate::row::fencing_param(key, record.fencing)?)
                 .bind(crate::row::millis(record.acquired_at))
                 .bind(crate::row::millis(record.expires_at))
                 .bind(host)
@@ -86,7 +86,7 @@ macro_rules! impl_sql_storage {
                 .await
                 .map_err(err("update"))?;
             if done.rows_affected() == 1 {
-                Ok(storage_lock_core::Version::from_u64(version as u64))
+                Ok(crate::row::version_of(version))
             } else {
                 Err(storage_lock_core::StorageError::Conflict { key: key.to_owned() })
             }

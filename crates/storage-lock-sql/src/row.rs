@@ -16,8 +16,30 @@ pub(crate) fn millis(t: Timestamp) -> i64 {
     i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A time the *server* computed (its clock); it cannot be negative on a sane server, and is
+/// read as the epoch if it were.
 pub(crate) fn timestamp(v: i64) -> Timestamp {
     Timestamp::from_millis(u64::try_from(v).unwrap_or(0))
+}
+
+/// A stored non-negative integer (fencing token, time), or [`StorageError::Corrupt`].
+pub(crate) fn stored_u64(key: &str, what: &str, v: i64) -> Result<u64, StorageError> {
+    u64::try_from(v).map_err(|_| corrupt(key, format!("{what} is negative ({v})")))
+}
+
+/// A stored reentrancy depth, or [`StorageError::Corrupt`].
+pub(crate) fn stored_u32(key: &str, what: &str, v: i64) -> Result<u32, StorageError> {
+    u32::try_from(v).map_err(|_| corrupt(key, format!("{what} is out of range ({v})")))
+}
+
+/// A fencing token as a bind parameter (`BIGINT`): tokens beyond 2^63 − 1 cannot be stored.
+pub(crate) fn fencing_param(key: &str, fencing: u64) -> Result<i64, StorageError> {
+    i64::try_from(fencing).map_err(|_| corrupt(key, "fencing token beyond 2^63 - 1"))
+}
+
+/// A stored version: the column holds the version's 64 bits (read as a signed `BIGINT`).
+pub(crate) fn version_of(v: i64) -> Version {
+    Version::from_u64(v.cast_unsigned())
 }
 
 /// A lease in milliseconds, clamped to half of what a BIGINT holds, so that `now + lease`
@@ -33,7 +55,7 @@ pub(crate) fn new_version() -> i64 {
 
 /// The version as a bind parameter (versions are 63-bit numbers in every SQL backend).
 pub(crate) fn version_param(v: &Version) -> i64 {
-    v.as_u64().map_or(-1, |n| n as i64)
+    v.as_u64().map_or(-1, u64::cast_signed)
 }
 
 /// Host, pid and note of a holder as bind parameters.
@@ -94,9 +116,9 @@ where
     let int = |i: usize| row.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
     Ok(if acquired {
         AcquireOutcome::Acquired {
-            fencing: int(1)? as u64,
-            count: int(2)? as u32,
-            expires_at: timestamp(int(3)?),
+            fencing: stored_u64(key, "fencing", int(1)?)?,
+            count: stored_u32(key, "count", int(2)?)?,
+            expires_at: Timestamp::from_millis(stored_u64(key, "expires_at", int(3)?)?),
         }
     } else {
         AcquireOutcome::Busy {
@@ -137,42 +159,56 @@ where
                 .ok_or_else(|| corrupt(key, "owner is not 16 bytes"))?,
             count: u32::try_from(int("count")?).map_err(|e| corrupt(key, e))?,
             fencing: u64::try_from(int("fencing")?).map_err(|e| corrupt(key, e))?,
-            acquired_at: timestamp(int("acquired_at")?),
-            expires_at: timestamp(int("expires_at")?),
+            acquired_at: Timestamp::from_millis(stored_u64(
+                key,
+                "acquired_at",
+                int("acquired_at")?,
+            )?),
+            expires_at: Timestamp::from_millis(stored_u64(key, "expires_at", int("expires_at")?)?),
             holder,
         },
-        version: Version::from_u64(int("version")? as u64),
+        version: version_of(int("version")?),
     })
 }
 
 /// A renewal's outcome from the `RETURNING expires_at` row of a dialect that has one.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn renew_outcome<'r, R>(row: Option<&'r R>) -> storage_lock_core::RenewOutcome
+pub(crate) fn renew_outcome<'r, R>(
+    key: &str,
+    row: Option<&'r R>,
+) -> Result<storage_lock_core::RenewOutcome, StorageError>
 where
     R: Row,
     usize: ColumnIndex<R>,
     i64: Decode<'r, R::Database> + Type<R::Database>,
 {
-    match row {
+    Ok(match row {
         Some(r) => storage_lock_core::RenewOutcome::Renewed {
-            expires_at: timestamp(r.get(0)),
+            expires_at: Timestamp::from_millis(stored_u64(
+                key,
+                "expires_at",
+                r.try_get(0).map_err(|e| corrupt(key, e))?,
+            )?),
         },
         None => storage_lock_core::RenewOutcome::NotHeld,
-    }
+    })
 }
 
 /// A release's outcome from the `RETURNING count` row of a dialect that has one.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn release_outcome<'r, R>(row: Option<&'r R>) -> storage_lock_core::ReleaseOutcome
+pub(crate) fn release_outcome<'r, R>(
+    key: &str,
+    row: Option<&'r R>,
+) -> Result<storage_lock_core::ReleaseOutcome, StorageError>
 where
     R: Row,
     usize: ColumnIndex<R>,
     i64: Decode<'r, R::Database> + Type<R::Database>,
 {
-    match row {
+    Ok(match row {
         Some(r) => storage_lock_core::ReleaseOutcome::Released {
-            remaining: u32::try_from(r.get::<i64, _>(0)).unwrap_or(0),
+            remaining: stored_u32(key, "count", r.try_get(0).map_err(|e| corrupt(key, e))?)?,
         },
         None => storage_lock_core::ReleaseOutcome::NotHeld,
-    }
+    })
 }

@@ -27,7 +27,7 @@ use storage_lock_core::{
 };
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
-use crate::row::{COLUMNS, holder_params, lease_millis, millis, timestamp as ts};
+use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, millis, stored_u32, stored_u64};
 
 const NAME: &str = "sqlite";
 
@@ -343,10 +343,11 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
                 .await
                 .map_err(err("try_acquire"))?;
             if let Some(r) = row {
+                let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
                 return Ok(AcquireOutcome::Acquired {
-                    fencing: r.get::<i64, _>(0) as u64,
-                    count: r.get::<i64, _>(1) as u32,
-                    expires_at: ts(r.get(2)),
+                    fencing: stored_u64(key, "fencing", int(0)?)?,
+                    count: stored_u32(key, "count", int(1)?)?,
+                    expires_at: Timestamp::from_millis(stored_u64(key, "expires_at", int(2)?)?),
                 });
             }
             // Busy: report who holds it. If it was released in between, try again.
@@ -377,7 +378,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             .fetch_optional(&self.pool)
             .await
             .map_err(err("renew"))?;
-        Ok(crate::row::renew_outcome(row.as_ref()))
+        crate::row::renew_outcome(key, row.as_ref())
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
@@ -388,6 +389,6 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             .fetch_optional(&self.pool)
             .await
             .map_err(err("release"))?;
-        Ok(crate::row::release_outcome(row.as_ref()))
+        crate::row::release_outcome(key, row.as_ref())
     }
 }}

@@ -16,3 +16,58 @@ async fn mysql() -> MysqlStorage {
 }
 
 storage_lock_testkit::storage_lock_suites!(mysql);
+
+/// Regression: tables made by earlier versions keyed locks by `VARCHAR … utf8mb4_bin`, a PAD
+/// SPACE collation under which `rv-pad` and `rv-pad ` are one key. Opening migrates the key to
+/// bytes, after which they are two locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_pad_space_tables_are_migrated_to_byte_keys() {
+    use std::time::Duration;
+    use storage_lock_core::{AcquireOutcome, AcquireRequest, OwnerId, Storage};
+
+    let url = std::env::var("STORAGE_LOCK_MYSQL_URL")
+        .expect("STORAGE_LOCK_MYSQL_URL must name a MySQL/MariaDB server (run scripts/test.sh)");
+    let table = format!(
+        "sl_pad_{:08x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+            ^ std::process::id()
+    );
+    let pool = sqlx::MySqlPool::connect(&url).await.unwrap();
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (
+            lock_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,
+            version BIGINT NOT NULL, owner VARBINARY(16) NOT NULL, count BIGINT NOT NULL,
+            fencing BIGINT NOT NULL, acquired_at BIGINT NOT NULL, expires_at BIGINT NOT NULL,
+            holder_host VARCHAR(255) NULL, holder_pid BIGINT NULL, holder_note TEXT NULL
+        ) ENGINE = InnoDB"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let s = MysqlStorage::builder()
+        .url(&url)
+        .table(&table)
+        .open()
+        .await
+        .expect("open migrates");
+    let req = || AcquireRequest {
+        owner: OwnerId::random(),
+        lease: Duration::from_secs(30),
+        holder: None,
+        reentrant: false,
+    };
+    let a = s.try_acquire("rv-pad", &req()).await.unwrap();
+    let b = s.try_acquire("rv-pad ", &req()).await.unwrap();
+    sqlx::query(&format!("DROP TABLE {table}"))
+        .execute(&pool)
+        .await
+        .ok();
+    assert!(matches!(a, AcquireOutcome::Acquired { .. }), "{a:?}");
+    assert!(
+        matches!(b, AcquireOutcome::Acquired { .. }),
+        "'rv-pad ' is the same lock as 'rv-pad': {b:?}"
+    );
+}

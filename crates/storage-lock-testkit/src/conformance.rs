@@ -673,3 +673,58 @@ pub async fn force_release_frees_a_held_key_and_keeps_fencing<S: Storage>(s: S) 
             .is_none()
     );
 }
+
+/// Keys are compared as bytes on every backend: names that differ only by trailing spaces, by
+/// case, or by Unicode normalization form are different locks (MariaDB's PAD SPACE collation
+/// made `rv-pad` and `rv-pad ` one lock), and `list` returns each under its own key.
+pub async fn keys_differing_by_padding_case_or_normalization_are_distinct<S: Storage>(s: S) {
+    let p = unique_prefix("distinct");
+    let names = [
+        "rv-pad",
+        "rv-pad ",
+        "rv-pad  ",
+        "RV-PAD",
+        "caf\u{e9}",
+        "cafe\u{301}",
+    ];
+    let lease = Duration::from_secs(30);
+    for name in names {
+        let key = format!("{p}{name}");
+        let got = s
+            .try_acquire(&key, &request(OwnerId::random(), lease, false))
+            .await
+            .unwrap();
+        assert!(
+            matches!(got, AcquireOutcome::Acquired { .. }),
+            "{key:?} was taken as the same lock as an earlier name: {got:?}"
+        );
+    }
+    let listed = s.list_locks(&p, &PageRequest::default()).await.unwrap();
+    let keys: Vec<&str> = listed.entries.iter().map(|(k, _)| &k[p.len()..]).collect();
+    let mut expected = names.to_vec();
+    expected.sort_unstable();
+    assert_eq!(keys, expected, "byte order, each key as written");
+}
+
+/// A listing with a page size of 0 does not panic.
+pub async fn list_with_page_size_zero_makes_progress<S: Storage>(s: S) {
+    let p = unique_prefix("page0");
+    for k in ["a", "b"] {
+        s.create(&format!("{p}{k}"), &record(OwnerId::random(), 1, None))
+            .await
+            .unwrap();
+    }
+    let page = storage_lock_core::Page::from_sorted(Vec::new(), 0);
+    assert!(page.entries.is_empty() && page.next.is_none());
+    let listed = s
+        .list(
+            &p,
+            &PageRequest {
+                limit: 0,
+                ..PageRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.entries.len(), 2, "0 means the default page size");
+}

@@ -99,6 +99,8 @@ macro_rules! __all_cases {
                 sweep_keeps_fencing_monotonic,
                 sweeps_racing_acquisitions_keep_tokens_increasing,
                 force_release_frees_a_held_key_and_keeps_fencing,
+                keys_differing_by_padding_case_or_normalization_are_distinct,
+                list_with_page_size_zero_makes_progress,
             ];
             semantics: [
                 matrix_busy_until_wait_runs_out_returns_none,

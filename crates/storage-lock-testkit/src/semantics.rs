@@ -328,14 +328,18 @@ pub async fn checklist_expires_at_is_storage_clock_plus_lease<S: Storage>(s: S) 
     let slack = Duration::from_millis(5);
     assert!(h.expires_at() + slack >= before + lease && h.expires_at() <= after + lease + slack);
     tokio::time::sleep(Duration::from_millis(20)).await;
+    let first = h.expires_at();
     let RenewalResult::Renewed { expires_at } =
         h.try_renew(Some(Duration::from_secs(40))).await.unwrap()
     else {
         panic!("renewal failed")
     };
+    // Renewed by 40 s a moment after a 20 s hold began: about 20 s later than before.
     assert!(
-        expires_at > h.expires_at() - Duration::from_millis(1)
+        expires_at >= first + Duration::from_secs(19)
             && expires_at >= after + Duration::from_secs(39)
+            && expires_at <= SystemTime::now() + Duration::from_secs(40) + slack,
+        "{first:?} → {expires_at:?}"
     );
     assert_eq!(h.expires_at(), expires_at);
     assert!(h.expires_at() > SystemTime::now());

@@ -244,8 +244,10 @@ pub struct Page {
 
 impl Page {
     /// The page of at most `limit` entries from `entries` (sorted by key, holding up to one
-    /// more than `limit` to tell whether another page follows).
+    /// more than `limit` to tell whether another page follows). A `limit` of 0 is taken as 1,
+    /// so that a page always makes progress.
     pub fn from_sorted(mut entries: Vec<(String, Stored)>, limit: usize) -> Self {
+        let limit = limit.max(1);
         let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
         entries.truncate(limit);
         Self { entries, next }
