@@ -179,6 +179,14 @@ impl RedisStorageBuilder {
     }
 }
 
+/// Checks a `redis://` URL as the client reads it, without connecting.
+///
+/// # Errors
+/// What the client rejects (an unsupported scheme, a bad database number, …).
+pub fn validate_url(url: &str) -> Result<(), String> {
+    Client::open(url).map(drop).map_err(|e| e.to_string())
+}
+
 /// Reads `appendonly`, `appendfsync` and `maxmemory-policy` and judges them with
 /// [`judge_durability`]. A server that hides `CONFIG` (managed services) is `Unverified`, with
 /// one warning.

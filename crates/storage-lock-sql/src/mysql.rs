@@ -131,6 +131,25 @@ impl MysqlStorageBuilder {
     }
 }
 
+/// Checks a `mysql://` URL as the driver reads it (options included), without connecting; the
+/// URL must name a database.
+///
+/// # Errors
+/// What the driver rejects, or a missing database (never the password).
+pub fn validate_url(url: &str) -> Result<(), String> {
+    use std::str::FromStr;
+    sqlx::mysql::MySqlConnectOptions::from_str(url).map_err(|e| e.to_string())?;
+    let path = url
+        .split_once("://")
+        .map(|(_, rest)| rest.split_once('?').map_or(rest, |(p, _)| p))
+        .and_then(|rest| rest.split_once('/').map(|(_, db)| db))
+        .unwrap_or("");
+    if path.is_empty() {
+        return Err("no database in the URL (mysql://user@host:port/DATABASE)".into());
+    }
+    Ok(())
+}
+
 impl MysqlStorage {
     /// Connects to `url` with default settings.
     pub async fn connect(url: &str) -> Result<Self, StorageError> {

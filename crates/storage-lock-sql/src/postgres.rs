@@ -91,7 +91,8 @@ impl PostgresStorageBuilder {
         if let Some(schema) = &self.schema {
             validate_table_name(schema).map_err(|e| StorageError::backend(NAME, "open", e))?;
         }
-        let options = PgConnectOptions::from_str(url).map_err(err("open"))?;
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StorageError::config(NAME, format!("invalid URL: {e}")))?;
         let pool = PgPoolOptions::new()
             .max_connections(self.server.max_connections)
             .acquire_timeout(self.server.acquire_timeout)
@@ -122,6 +123,16 @@ impl PostgresStorageBuilder {
             listener,
         })
     }
+}
+
+/// Checks a `postgres://` URL as the driver reads it (options included), without connecting.
+///
+/// # Errors
+/// What the driver rejects (never the password).
+pub fn validate_url(url: &str) -> Result<(), String> {
+    PgConnectOptions::from_str(url)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 impl PostgresStorage {

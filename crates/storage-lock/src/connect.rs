@@ -180,6 +180,15 @@ fn take_params(
     Ok((url, taken))
 }
 
+/// A driver's verdict on its URL as [`ConnectError::InvalidUrl`].
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
+fn checked_driver_url(url: &str, verdict: Result<(), String>) -> Result<(), ConnectError> {
+    verdict.map_err(|reason| ConnectError::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    })
+}
+
 /// `durability=volatile` accepts a server that can forget writes; `durability=durable` is the
 /// default.
 fn volatile(url: &str, value: &str) -> Result<bool, ConnectError> {
@@ -229,6 +238,7 @@ fn open_postgres(url: String) -> Opened {
     Box::pin(async move {
         let (driver_url, params) =
             take_params(&url, &["table", "schema", "durability"], PG_OPTIONS)?;
+        checked_driver_url(&url, storage_lock_sql::postgres::validate_url(&driver_url))?;
         let mut b = storage_lock_sql::PostgresStorage::builder().url(driver_url);
         for (k, v) in params {
             b = match k.as_str() {
@@ -267,6 +277,7 @@ fn open_mysql(url: String) -> Opened {
     Box::pin(async move {
         let (driver_url, params) = take_params(&url, &["table", "durability"], MYSQL_OPTIONS)?;
         let driver_url = driver_url.replacen("mariadb:", "mysql:", 1);
+        checked_driver_url(&url, storage_lock_sql::mysql::validate_url(&driver_url))?;
         let mut b = storage_lock_sql::MysqlStorage::builder().url(driver_url);
         for (k, v) in params {
             b = match k.as_str() {
@@ -298,6 +309,7 @@ const MYSQL_OPTIONS: &[&str] = &[
 fn open_redis(url: String) -> Opened {
     Box::pin(async move {
         let (driver_url, params) = take_params(&url, &["prefix", "durability"], &["protocol"])?;
+        checked_driver_url(&url, storage_lock_redis::validate_url(&driver_url))?;
         let mut b = storage_lock_redis::RedisStorage::builder().url(driver_url);
         for (k, v) in params {
             b = match k.as_str() {

@@ -89,3 +89,22 @@ async fn passwords_are_redacted_from_errors() {
     );
     assert_eq!(storage_lock::redact_url("redis://h:1/"), "redis://h:1/");
 }
+
+/// URLs the drivers reject are usage errors (`InvalidUrl`), found before connecting — not
+/// "storage unavailable".
+#[tokio::test]
+async fn urls_the_drivers_reject_are_invalid_urls() {
+    for url in [
+        "postgres://u@127.0.0.1:5432/db?sslmode=bogus",
+        "mysql://root@127.0.0.1:3306/test?ssl-mode=bogus",
+        "mysql://root@127.0.0.1:3306",
+        "mysql://root@127.0.0.1:3306/",
+        "redis://127.0.0.1:6379/notanumber",
+    ] {
+        let r = connect(url).await;
+        assert!(
+            matches!(r, Err(ConnectError::InvalidUrl { .. })),
+            "{url}: {r:?}"
+        );
+    }
+}
