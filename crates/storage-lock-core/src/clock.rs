@@ -83,3 +83,74 @@ impl Clock for ManualClock {
         Timestamp::from_millis(self.millis.load(Ordering::SeqCst))
     }
 }
+
+/// How long the host has been up **including time spent suspended**: `CLOCK_BOOTTIME` on Linux,
+/// which neither steps with the wall clock nor stops during a system suspend, unlike the
+/// monotonic clock tokio's timers use. `None` where the platform has no such clock.
+///
+/// Local deadlines are kept on this clock, so a holder that wakes from a suspend knows at once
+/// that its deadline passed; SQLite judges expiry on it, so a wall-clock step cannot create two
+/// holders.
+pub fn boot_time() -> Option<Duration> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        Some(Duration::new(
+            u64::try_from(ts.tv_sec).unwrap_or(0),
+            u32::try_from(ts.tv_nsec).unwrap_or(0),
+        ))
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        None
+    }
+}
+
+/// A point on [`boot_time`]'s clock (on other platforms: a monotonic clock anchored at first
+/// use, which may stop while the machine is suspended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct BootInstant(Duration);
+
+impl BootInstant {
+    pub(crate) fn now() -> Self {
+        let since_boot = boot_time().unwrap_or_else(|| {
+            static ANCHOR: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            ANCHOR.get_or_init(std::time::Instant::now).elapsed()
+        });
+        Self(since_boot + suspend::slept())
+    }
+
+    pub(crate) fn checked_add(self, by: Duration) -> Option<Self> {
+        self.0.checked_add(by).map(Self)
+    }
+
+    pub(crate) fn saturating_duration_since(self, earlier: Self) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+/// A simulated system suspend for tests (per thread: a current-thread runtime's tasks see it,
+/// other tests do not).
+pub(crate) mod suspend {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    thread_local! {
+        static SLEPT: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    }
+
+    pub(crate) fn slept() -> Duration {
+        if cfg!(test) {
+            SLEPT.with(Cell::get)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Moves this thread's boot clock forward by `by`, as if the machine had been suspended
+    /// while tokio's monotonic clock stood still.
+    #[cfg(test)]
+    pub(crate) fn sleep_machine(by: Duration) {
+        SLEPT.with(|s| s.set(s.get() + by));
+    }
+}

@@ -42,7 +42,7 @@ pub mod fenced;
 pub mod memory;
 pub mod storage;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, boot_time};
 pub use contract::{
     AcquireOptions, DistributedLock, HoldBackend, KeyNormalizer, LockError, LockHandle,
     MAX_NAME_LEN, PrefixNormalizer, ProviderInfo, RenewalResult, Wait,

@@ -7,9 +7,16 @@
 //! * Each lock operation is **one statement** (`INSERT … ON CONFLICT DO UPDATE … WHERE …
 //!   RETURNING`, `UPDATE … RETURNING`); only a busy `try_acquire` reads once more to report the
 //!   holder.
-//! * Time is the host's clock ([`SystemClock`] unless injected), shared by every process on the
-//!   host; the lock is **not** safe on a network file system (NFS locking and clocks are not
-//!   what SQLite and this crate assume).
+//! * **Time** is the host's boot clock (`CLOCK_BOOTTIME` on Linux: it neither steps when the
+//!   wall clock is set nor stops during a suspend), plus an offset that the first process to
+//!   open the file after a boot records, with the boot id, in `<table>_boot`; timestamps
+//!   therefore read as wall-clock times, and every process on the host judges expiry on the
+//!   same clock. The first opener after a reboot also ends every hold recorded before it (its
+//!   holders were processes of the earlier boot). Where there is no boot clock (not Linux), the
+//!   wall clock ([`SystemClock`]) is used, and a step of it larger than a hold's time left
+//!   can give two holders. An injected [`SqliteStorageBuilder::clock`] replaces all of this.
+//!   The lock is **not** safe on a network file system (NFS locking and clocks are not what
+//!   SQLite and this crate assume).
 //! * No change notifications: waiters back off with jitter, bounded by the holder's expiry.
 
 use std::path::{Path, PathBuf};
@@ -23,7 +30,7 @@ use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Clock, Durability, OwnerId, ReleaseOutcome,
-    RenewOutcome, StorageError, SystemClock, TimeSource, Timestamp,
+    RenewOutcome, StorageError, SystemClock, TimeSource, Timestamp, boot_time,
 };
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
@@ -153,7 +160,7 @@ impl SqliteStorageBuilder {
         // reports SQLITE_BUSY for that without consulting the busy timeout, so retry here.
         let started = std::time::Instant::now();
         let pool = loop {
-            match connect(&options, self.max_connections, &sql.create_table).await {
+            match connect(&options, self.max_connections, &sql.ddl).await {
                 Ok(pool) => break pool,
                 Err(e) if is_busy(&e) && started.elapsed() < self.busy_timeout => {
                     tokio::time::sleep(Duration::from_millis(
@@ -170,10 +177,17 @@ impl SqliteStorageBuilder {
                 }
             }
         };
+        let clock = match self.time_source {
+            TimeSource::Injected => self.clock,
+            _ => match boot_clock(&pool, &sql).await? {
+                Some(clock) => Arc::new(clock) as Arc<dyn Clock>,
+                None => self.clock,
+            },
+        };
         Ok(SqliteStorage {
             pool,
             sql: Arc::new(sql),
-            clock: self.clock,
+            clock,
             time_source: self.time_source,
             durability: if self.allow_volatile {
                 Durability::Volatile
@@ -187,14 +201,80 @@ impl SqliteStorageBuilder {
 async fn connect(
     options: &SqliteConnectOptions,
     max_connections: u32,
-    create_table: &str,
+    ddl: &[String],
 ) -> Result<SqlitePool, sqlx::Error> {
     let pool = SqlitePoolOptions::new()
         .max_connections(max_connections)
         .connect_with(options.clone())
         .await?;
-    query(create_table).execute(&pool).await?;
+    for statement in ddl {
+        query(statement).execute(&pool).await?;
+    }
     Ok(pool)
+}
+
+/// The host's clock for this database file: [`boot_time`] (`CLOCK_BOOTTIME`: it neither steps
+/// with the wall clock nor stops during a suspend) plus an offset agreed, once per boot, by the
+/// first process that opens the file, so that timestamps read as wall-clock times.
+#[derive(Debug)]
+struct BootClock {
+    offset_ms: i64,
+}
+
+impl Clock for BootClock {
+    fn now(&self) -> Timestamp {
+        let up = boot_time().map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Timestamp::from_millis(u64::try_from(up.saturating_add(self.offset_ms)).unwrap_or(0))
+    }
+}
+
+/// This boot's identity (`/proc/sys/kernel/random/boot_id`), if the platform has one.
+fn boot_id() -> Option<String> {
+    boot_time()?;
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(id.trim().to_owned()).filter(|id| !id.is_empty())
+}
+
+/// Agrees on this boot's [`BootClock`] through the database. The first opener after a boot
+/// records the boot id and the offset (wall clock − boot time) and, in the same transaction,
+/// ends every hold recorded before (their holders were processes of an earlier boot). `None`
+/// where there is no boot clock: the caller falls back to the wall clock.
+async fn boot_clock(
+    pool: &SqlitePool,
+    sql: &Statements,
+) -> Result<Option<BootClock>, StorageError> {
+    let (Some(id), Some(up)) = (boot_id(), boot_time()) else {
+        return Ok(None);
+    };
+    let up_ms = i64::try_from(up.as_millis()).unwrap_or(i64::MAX);
+    let wall_ms = millis(SystemClock.now());
+    let mut tx = pool.begin().await.map_err(err("open"))?;
+    // A write first, so the transaction holds the write lock before it reads anything.
+    let switched = query(&sql.boot_switch)
+        .bind(&id)
+        .bind(wall_ms.saturating_sub(up_ms))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(err("open"))?;
+    let offset_ms: i64 = match switched {
+        Some(row) => {
+            let offset: i64 = row.try_get(0).map_err(err("open"))?;
+            query(&sql.end_earlier_boot_holds)
+                .bind(up_ms.saturating_add(offset))
+                .execute(&mut *tx)
+                .await
+                .map_err(err("open"))?;
+            offset
+        }
+        None => query(&sql.boot_offset)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err("open"))?
+            .try_get(0)
+            .map_err(err("open"))?,
+    };
+    tx.commit().await.map_err(err("open"))?;
+    Ok(Some(BootClock { offset_ms }))
 }
 
 /// SQLITE_BUSY (5) or one of its extended codes (`5 + 256·n`).
@@ -220,7 +300,10 @@ impl SqliteStorage {
 /// The statements, with the table name spliced in once.
 #[derive(Debug)]
 struct Statements {
-    create_table: String,
+    ddl: Vec<String>,
+    boot_switch: String,
+    boot_offset: String,
+    end_earlier_boot_holds: String,
     get: String,
     create: String,
     update: String,
@@ -236,7 +319,7 @@ impl Statements {
         // "live" = the stored hold is still valid at ?now.
         let live = format!("({t}.count > 0 AND {t}.expires_at > ?3)");
         Self {
-            create_table: format!(
+            ddl: vec![format!(
                 "CREATE TABLE IF NOT EXISTS {t} (
                     lock_key TEXT PRIMARY KEY NOT NULL,
                     version INTEGER NOT NULL,
@@ -249,6 +332,26 @@ impl Statements {
                     holder_pid INTEGER,
                     holder_note TEXT
                 ) WITHOUT ROWID"
+            ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {t}_boot (
+                        id INTEGER PRIMARY KEY CHECK (id = 1),
+                        boot_id TEXT NOT NULL,
+                        offset_ms INTEGER NOT NULL
+                    )"
+                ),
+            ],
+            // ?1 boot id, ?2 offset: a row comes back iff this call recorded a new boot.
+            boot_switch: format!(
+                "INSERT INTO {t}_boot (id, boot_id, offset_ms) VALUES (1, ?1, ?2)
+                 ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id, offset_ms = excluded.offset_ms
+                 WHERE {t}_boot.boot_id <> excluded.boot_id
+                 RETURNING offset_ms"
+            ),
+            boot_offset: format!("SELECT offset_ms FROM {t}_boot WHERE id = 1"),
+            // ?1 = now on the new boot's clock
+            end_earlier_boot_holds: format!(
+                "UPDATE {t} SET expires_at = min(expires_at, ?1), version = random() WHERE count > 0"
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE lock_key = ?"),
             create: format!(

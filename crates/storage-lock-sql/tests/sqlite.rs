@@ -55,3 +55,78 @@ async fn corrupt_rows_are_typed_errors_not_panics() {
     let err = s.list("", &PageRequest::default()).await.unwrap_err();
     assert!(matches!(err, StorageError::Corrupt { .. }), "{err:?}");
 }
+
+/// Expiry is judged on the host's boot clock (`CLOCK_BOOTTIME`) plus an offset agreed once per
+/// boot through the file, not on each process's wall clock (a forward step of the wall clock
+/// larger than a hold's time left gave two holders). Two storages on one file read the same
+/// clock, close to the wall clock.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn expiry_clock_is_boot_time_plus_one_offset_per_boot() {
+    use storage_lock_core::{Clock, Storage, SystemClock, boot_time};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let a = SqliteStorage::open(&path).await.unwrap();
+    let b = SqliteStorage::open(&path).await.unwrap();
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let offset: i64 = sqlx::query_scalar("SELECT offset_ms FROM storage_lock_boot")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    for s in [&a, &b] {
+        let up = i64::try_from(boot_time().unwrap().as_millis()).unwrap();
+        let now = i64::try_from(s.now().await.unwrap().as_millis()).unwrap();
+        let up_after = i64::try_from(boot_time().unwrap().as_millis()).unwrap();
+        assert!(
+            now >= up + offset && now <= up_after + offset,
+            "not boot time + offset"
+        );
+    }
+    let wall = i64::try_from(SystemClock.now().as_millis()).unwrap();
+    let now = i64::try_from(a.now().await.unwrap().as_millis()).unwrap();
+    assert!((now - wall).abs() < 5_000, "far from the wall clock");
+}
+
+/// After a reboot every hold recorded before it is over (its holder was a process of the
+/// earlier boot), and the next token is still higher.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn holds_from_an_earlier_boot_are_over() {
+    use std::time::Duration;
+    use storage_lock_core::{AcquireOutcome, AcquireRequest, OwnerId, Storage};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let req = || AcquireRequest {
+        owner: OwnerId::random(),
+        lease: Duration::from_secs(3600),
+        holder: None,
+        reentrant: false,
+    };
+    let s = SqliteStorage::open(&path).await.unwrap();
+    let AcquireOutcome::Acquired { fencing, .. } = s.try_acquire("k", &req()).await.unwrap() else {
+        panic!("free")
+    };
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    // The same boot: the hold stands.
+    let again = SqliteStorage::open(&path).await.unwrap();
+    assert!(matches!(
+        again.try_acquire("k", &req()).await.unwrap(),
+        AcquireOutcome::Busy { .. }
+    ));
+    sqlx::query("UPDATE storage_lock_boot SET boot_id = 'an-earlier-boot'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let rebooted = SqliteStorage::open(&path).await.unwrap();
+    let next = rebooted.try_acquire("k", &req()).await.unwrap();
+    assert!(
+        matches!(next, AcquireOutcome::Acquired { fencing: f, .. } if f == fencing + 1),
+        "{next:?}"
+    );
+}

@@ -9,6 +9,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::BootInstant;
+
 use super::LockError;
 
 /// The result of [`LockHandle::try_renew`].
@@ -85,7 +87,8 @@ struct Shared<B: ?Sized = dyn HoldBackend> {
 enum State {
     Held {
         expires_at: SystemTime,
-        deadline: Instant,
+        /// The local deadline, on the clock that counts suspended time.
+        deadline: BootInstant,
     },
     Released {
         expires_at: SystemTime,
@@ -104,7 +107,7 @@ pub(crate) struct Grant {
     pub lease: Duration,
     pub expires_at: SystemTime,
     /// Taken before the acquire request was sent.
-    pub sent_at: Instant,
+    pub sent_at: BootInstant,
     pub auto_renew: Option<Duration>,
 }
 
@@ -177,7 +180,7 @@ impl LockHandle {
         }
         self.shared
             .deadline()
-            .map(|d| d.saturating_duration_since(Instant::now()))
+            .map(|d| d.saturating_duration_since(BootInstant::now()))
     }
 
     /// Whether the hold is lost (terminal). A normally released handle is *not* lost, so use
@@ -205,7 +208,7 @@ impl LockHandle {
                 };
                 tokio::select! {
                     () = notified => {}
-                    () = tokio::time::sleep_until(deadline) => { shared.check_deadline(); }
+                    () = tokio::time::sleep_until(wake_for(deadline)) => { shared.check_deadline(); }
                 }
             }
         }
@@ -305,7 +308,18 @@ pub(crate) fn lease_representable(lease: Duration) -> Result<(), LockError> {
 /// works; its timer simply never fires within the process's life).
 const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
-fn local_deadline(sent_at: Instant, lease: Duration) -> Instant {
+/// The longest a deadline timer sleeps before it looks at the boot clock again: tokio's timers
+/// run on the monotonic clock, which stands still while the machine is suspended, so after a
+/// resume a handle notices its passed deadline within this long (and `is_lost()` at once).
+const SUSPEND_CHECK: Duration = Duration::from_secs(1);
+
+/// When a timer waiting for `deadline` wakes up (on tokio's clock).
+fn wake_for(deadline: BootInstant) -> Instant {
+    let left = deadline.saturating_duration_since(BootInstant::now());
+    Instant::now() + left.min(SUSPEND_CHECK)
+}
+
+fn local_deadline(sent_at: BootInstant, lease: Duration) -> BootInstant {
     let wanted = lease - safety_margin(lease);
     // `Instant + Duration` must never overflow; if even the cap does not fit, fail closed.
     sent_at
@@ -321,7 +335,7 @@ impl Shared {
     /// Turns the handle lost if its local deadline has passed; returns whether it is lost.
     fn check_deadline(&self) -> bool {
         let expired = match *self.state() {
-            State::Held { deadline, .. } => Instant::now() >= deadline,
+            State::Held { deadline, .. } => BootInstant::now() >= deadline,
             State::Lost { .. } => return true,
             State::Released { .. } => return false,
         };
@@ -360,7 +374,7 @@ impl Shared {
         if self.release_started.load(Ordering::Acquire) || self.check_deadline() {
             return RenewalResult::Lost;
         }
-        let sent_at = Instant::now();
+        let sent_at = BootInstant::now();
         let outcome = self.backend.renew(lease).await;
         let confirmed = match outcome {
             Ok(Some(expires_at)) => expires_at,
@@ -392,7 +406,7 @@ impl Shared {
         }
     }
 
-    fn deadline(&self) -> Option<Instant> {
+    fn deadline(&self) -> Option<BootInstant> {
         match *self.state() {
             State::Held { deadline, .. } => Some(deadline),
             _ => None,
@@ -411,7 +425,7 @@ async fn deadline_timer(shared: Arc<Shared>) {
         };
         tokio::select! {
             () = ended => return,
-            () = tokio::time::sleep_until(deadline) => { shared.check_deadline(); }
+            () = tokio::time::sleep_until(wake_for(deadline)) => { shared.check_deadline(); }
         }
     }
 }
@@ -430,7 +444,7 @@ async fn watchdog(shared: Arc<Shared>, every: Duration) {
         };
         tokio::select! {
             () = ended => return,
-            () = tokio::time::sleep_until(next.min(deadline)) => {}
+            () = tokio::time::sleep_until(next.min(wake_for(deadline))) => {}
         }
         if shared.check_deadline() {
             return;
@@ -439,7 +453,8 @@ async fn watchdog(shared: Arc<Shared>, every: Duration) {
             continue;
         }
         // A renewal still unanswered at the local deadline cannot save the hold.
-        let renewed = tokio::time::timeout_at(deadline, shared.renew(shared.lease, false)).await;
+        let left = deadline.saturating_duration_since(BootInstant::now());
+        let renewed = tokio::time::timeout(left, shared.renew(shared.lease, false)).await;
         next = match renewed {
             Ok(RenewalResult::Renewed { .. }) => Instant::now() + every,
             Ok(RenewalResult::Lost) => Instant::now() + retry,
@@ -448,5 +463,40 @@ async fn watchdog(shared: Arc<Shared>, every: Duration) {
                 return;
             }
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::clock::suspend::sleep_machine;
+    use crate::{AcquireOptions, DistributedLock, MemoryStorage, StorageLock, Wait};
+
+    /// A holder whose machine was suspended past its lease wakes knowing it lost the lock:
+    /// tokio's monotonic clock stood still, so a deadline kept on it would still be ahead.
+    /// `is_lost()` sees it at once, `lost()` within [`super::SUSPEND_CHECK`].
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_suspend_past_the_deadline_is_noticed() {
+        let locks = StorageLock::new(MemoryStorage::new()).unwrap();
+        let opts = AcquireOptions::default()
+            .wait(Wait::None)
+            .lease(Duration::from_secs(60));
+        let watched = locks.try_acquire("watched", &opts).await.unwrap().unwrap();
+        let checked = locks.try_acquire("checked", &opts).await.unwrap().unwrap();
+        let lost = watched.lost();
+        tokio::pin!(lost);
+        // Let the `lost()` future arm its timer, then "suspend" for 2 minutes.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), &mut lost)
+                .await
+                .is_err()
+        );
+        sleep_machine(Duration::from_secs(120));
+        assert!(checked.is_lost(), "is_lost() must see the suspend at once");
+        assert_eq!(checked.time_left(), None);
+        tokio::time::timeout(super::SUSPEND_CHECK + Duration::from_millis(500), lost)
+            .await
+            .expect("lost() must fire within SUSPEND_CHECK of the resume");
     }
 }

@@ -27,6 +27,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::clock::BootInstant;
+
 use super::StorageLock;
 use super::events::LockEventKind;
 use super::hold::EngineHold;
@@ -50,7 +52,7 @@ pub(crate) struct Granted {
     pub fencing: u64,
     pub count: u32,
     pub expires_at: Timestamp,
-    pub sent_at: Instant,
+    pub sent_at: BootInstant,
 }
 
 impl<S: Storage + ?Sized> StorageLock<S> {
@@ -76,7 +78,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 key.clone(),
                 req.owner,
                 granted.fencing,
-                granted.sent_at,
+                Instant::now(), // hold time (a metric) starts here
             );
             let built = granted
                 .expires_at
@@ -161,6 +163,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
     ) -> Result<Option<Granted>, LockError> {
         let started = Instant::now();
+        let boot_started = BootInstant::now();
         let deadline = match options.wait {
             Wait::None => Some(started),
             Wait::For(d) => started.checked_add(d), // too far to represent = forever
@@ -172,7 +175,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let mut failures: u32 = 0;
         // When a failed attempt may have been granted without our hearing of it: the instant
         // before it was sent.
-        let mut uncertain_since: Option<Instant> = None;
+        let mut uncertain_since: Option<BootInstant> = None;
         loop {
             if cancelled() {
                 self.shared.events.emit(LockEventKind::Cancelled, key, None);
@@ -194,9 +197,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 ChangeWait::unsupported()
             };
             let sent_at = if attempt == 0 {
-                started
+                boot_started
             } else {
-                Instant::now()
+                BootInstant::now()
             };
             let outcome = match self.try_acquire_detached(key, req).await {
                 Ok(outcome) => outcome,
@@ -304,7 +307,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         key: &str,
         req: &AcquireRequest,
         now: Timestamp,
-        sent_at: Instant,
+        sent_at: BootInstant,
     ) -> Option<Granted> {
         if req.reentrant {
             return None;
