@@ -84,3 +84,56 @@ fn rand_suffix() -> u32 {
         .subsec_nanos()
         ^ std::process::id()
 }
+
+/// Regression: every open ran `ALTER TABLE … ADD COLUMN IF NOT EXISTS`, which queues for an
+/// exclusive table lock behind any open transaction that read the table (an idle `psql`, a
+/// CLI `list` in a transaction) and makes every lock operation queue behind it: a holder lost
+/// its lock. Opening must not touch an up-to-date table, and renewals go on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_does_not_queue_behind_a_reader_of_the_table() {
+    use std::time::Duration;
+    use storage_lock_core::{AcquireOutcome, AcquireRequest, OwnerId, RenewOutcome, Storage};
+
+    let url = std::env::var("STORAGE_LOCK_POSTGRES_URL")
+        .expect("STORAGE_LOCK_POSTGRES_URL must name a PostgreSQL server (run scripts/test.sh)");
+    let table = format!("sl_idle_{:08x}", rand_suffix());
+    let open = || PostgresStorage::builder().url(&url).table(&table).open();
+    let s = open().await.unwrap();
+    let owner = OwnerId::random();
+    let req = AcquireRequest {
+        owner,
+        lease: Duration::from_secs(30),
+        holder: None,
+        reentrant: false,
+    };
+    assert!(matches!(
+        s.try_acquire("k", &req).await.unwrap(),
+        AcquireOutcome::Acquired { .. }
+    ));
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let mut idle = pool.begin().await.unwrap();
+    sqlx::query(&format!("SELECT count(*) FROM {table}"))
+        .execute(&mut *idle)
+        .await
+        .unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(4), open()).await;
+    let renewed = tokio::time::timeout(
+        Duration::from_secs(4),
+        s.renew("k", owner, Duration::from_secs(30)),
+    )
+    .await;
+    idle.rollback().await.unwrap();
+    sqlx::query(&format!(
+        "DROP TABLE {table}; DROP SEQUENCE {table}_version"
+    ))
+    .execute(&pool)
+    .await
+    .ok();
+    second
+        .expect("open queued behind an idle reader of the table")
+        .unwrap();
+    assert!(matches!(
+        renewed.expect("renewal queued").unwrap(),
+        RenewOutcome::Renewed { .. }
+    ));
+}
