@@ -212,8 +212,14 @@ pub struct RenewArgs {
 /// `release`'s arguments.
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
-    /// The lease token printed by `acquire`.
+    /// The lease token printed by `acquire` (with `--force`: the lock NAME).
     pub token: String,
+    /// Admin: free the lock NAME whoever holds it — the same as `break NAME`.
+    #[arg(long)]
+    pub force: bool,
+    /// With `--force`: do not ask (required when stdin is not a terminal).
+    #[arg(long, short = 'y', requires = "force")]
+    pub yes: bool,
 }
 
 /// `list`'s arguments.

@@ -64,6 +64,16 @@ fn break_frees_a_stuck_lock_and_the_next_token_is_higher() {
         );
         assert!(out.status.success(), "{url}: {out:?}");
         assert!(String::from_utf8_lossy(&out.stdout).contains("was not held"));
+
+        // `release --force NAME` is the same operation (NAME is held again since the
+        // acquisition after the break).
+        assert!(is_held(dir.path(), &url, &name), "{url}");
+        let out = output_within(
+            &mut cli(dir.path(), &url, &["release", "--force", &name, "--yes"]),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        assert!(!is_held(dir.path(), &url, &name), "{url}");
     }
 }
 

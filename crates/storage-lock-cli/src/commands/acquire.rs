@@ -118,6 +118,13 @@ pub async fn renew(args: RenewArgs, url: Option<&str>, quiet: bool) -> Result<u8
 /// and nobody took the lock since (the storage would still accept the release of such a record:
 /// the script has lost the lock all the same, like `renew` reports).
 pub async fn release(args: ReleaseArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
+    if args.force {
+        let args = crate::cli::BreakArgs {
+            name: args.token,
+            yes: args.yes,
+        };
+        return crate::commands::admin::break_lock(args, url, quiet).await;
+    }
     let token = parse(&args.token)?;
     let opened = storage::open(url, script_holder(), quiet).await?;
     let live = opened
