@@ -188,19 +188,7 @@ pub fn describe_url(url: &str) -> String {
         };
         return format!("sqlite://{}{query}", abs.display());
     }
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let hidden = if userinfo.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{hidden}@{host}{tail}")
-        }
-        None => url.to_owned(),
-    }
+    storage_lock::redact_url(url)
 }
 
 #[cfg(test)]

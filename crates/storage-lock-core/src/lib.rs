@@ -53,6 +53,6 @@ pub use memory::MemoryStorage;
 pub use storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
     OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored,
-    SweepReport, TimeSource, Timestamp, Version, Waiters,
+    SweepReport, TimeSource, Timestamp, Version, Waiters, redact_url,
 };
 pub use storage::{NotificationSource, Notifications};

@@ -71,8 +71,8 @@ struct Scripts {
     release: Script,
 }
 
-/// Configures and opens a [`RedisStorage`].
-#[derive(Debug, Clone)]
+/// Configures and opens a [`RedisStorage`] (`Debug` hides the password).
+#[derive(Clone)]
 pub struct RedisStorageBuilder {
     url: Option<String>,
     prefix: String,
@@ -88,6 +88,20 @@ impl Default for RedisStorageBuilder {
             response_timeout: Duration::from_secs(2),
             allow_volatile: false,
         }
+    }
+}
+
+impl fmt::Debug for RedisStorageBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStorageBuilder")
+            .field(
+                "url",
+                &self.url.as_deref().map(storage_lock_core::redact_url),
+            )
+            .field("prefix", &self.prefix)
+            .field("response_timeout", &self.response_timeout)
+            .field("allow_volatile", &self.allow_volatile)
+            .finish()
     }
 }
 

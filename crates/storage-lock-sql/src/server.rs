@@ -6,8 +6,8 @@ use storage_lock_core::StorageError;
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
 
-/// Connection settings shared by the server-backed builders.
-#[derive(Debug, Clone)]
+/// Connection settings shared by the server-backed builders (`Debug` hides the password).
+#[derive(Clone)]
 pub(crate) struct ServerOptions {
     pub(crate) url: Option<String>,
     pub(crate) table: String,
@@ -25,6 +25,21 @@ impl Default for ServerOptions {
             acquire_timeout: Duration::from_secs(5),
             allow_volatile: false,
         }
+    }
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field(
+                "url",
+                &self.url.as_deref().map(storage_lock_core::redact_url),
+            )
+            .field("table", &self.table)
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("allow_volatile", &self.allow_volatile)
+            .finish()
     }
 }
 

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use storage_lock_core::{LockError, MemoryStorage, Storage, StorageError, StorageLock};
+use storage_lock_core::{LockError, MemoryStorage, Storage, StorageError, StorageLock, redact_url};
 
 /// Why [`connect`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -199,27 +199,6 @@ fn volatile(url: &str, value: &str) -> Result<bool, ConnectError> {
             url: redact_url(url),
             reason: format!("durability must be durable or volatile, not {other:?}"),
         }),
-    }
-}
-
-/// The URL with any password replaced by `***` (for errors and logs).
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{scheme}://{masked}@{host}{tail}")
-        }
-        None => url.to_owned(),
     }
 }
 

@@ -35,7 +35,8 @@
 
 mod connect;
 
-pub use connect::{ConnectError, connect, connect_storage, redact_url, schemes};
+pub use connect::{ConnectError, connect, connect_storage, schemes};
+pub use storage_lock_core::redact_url;
 pub use storage_lock_core::{
     AcquireOptions, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock,
     DistributedLock, Durability, FencedResource, HoldBackend, HolderInfo, KeyNormalizer, LockError,

@@ -88,6 +88,15 @@ async fn passwords_are_redacted_from_errors() {
         "postgres://u:***@h:5/db?x=1"
     );
     assert_eq!(storage_lock::redact_url("redis://h:1/"), "redis://h:1/");
+    // Builders print no password either.
+    let pg = storage_lock::PostgresStorage::builder().url("postgres://u:s3cret@h/db");
+    let redis = storage_lock::RedisStorage::builder().url("redis://:s3cret@h/");
+    for shown in [format!("{pg:?}"), format!("{redis:?}")] {
+        assert!(
+            !shown.contains("s3cret") && shown.contains("***"),
+            "{shown}"
+        );
+    }
 }
 
 /// URLs the drivers reject are usage errors (`InvalidUrl`), found before connecting — not

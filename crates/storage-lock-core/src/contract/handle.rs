@@ -471,7 +471,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::clock::suspend::sleep_machine;
-    use crate::{AcquireOptions, DistributedLock, MemoryStorage, StorageLock, Wait};
+    use crate::{AcquireOptions, MemoryStorage, StorageLock, Wait};
 
     /// A holder whose machine was suspended past its lease wakes knowing it lost the lock:
     /// tokio's monotonic clock stood still, so a deadline kept on it would still be ahead.

@@ -88,3 +88,32 @@ impl StorageError {
         matches!(self, Self::Conflict { .. } | Self::AlreadyExists { .. })
     }
 }
+
+/// The URL with any password replaced by `***`, for errors, logs and `Debug` output: backends
+/// and tools never show a connection URL any other way.
+///
+/// ```
+/// assert_eq!(
+///     storage_lock_core::redact_url("postgres://app:s3cret@db:5432/locks"),
+///     "postgres://app:***@db:5432/locks"
+/// );
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{scheme}://{masked}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}

@@ -27,7 +27,7 @@ use async_trait::async_trait;
 
 pub use capabilities::{Capabilities, Durability, TimeSource};
 pub use change::{ChangeWait, NotificationSource, Notifications, Waiters};
-pub use error::StorageError;
+pub use error::{StorageError, redact_url};
 pub use ops::{AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, SweepReport};
 pub use record::{HolderInfo, LockRecord, OwnerId, Page, PageRequest, Stored, Timestamp, Version};
 
