@@ -103,7 +103,7 @@ impl WaitArgs {
     pub fn to_wait(self) -> Wait {
         match (self.wait, self.no_wait) {
             (Some(d), _) => Wait::For(d),
-            (None, true) => Wait::None,
+            (None, true) => Wait::Never,
             (None, false) => Wait::Forever,
         }
     }

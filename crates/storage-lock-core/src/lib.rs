@@ -37,6 +37,7 @@
 pub mod clock;
 pub mod contract;
 pub mod engine;
+#[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod fenced;
 pub mod memory;
@@ -44,15 +45,15 @@ pub mod storage;
 
 pub use clock::{Clock, ManualClock, SystemClock, boot_time};
 pub use contract::{
-    AcquireOptions, DistributedLock, HoldBackend, KeyNormalizer, LockError, LockHandle,
-    MAX_NAME_LEN, PrefixNormalizer, ProviderInfo, RenewalResult, Wait,
+    AcquireOptions, DistributedLock, KeyNormalizer, LockError, LockHandle, MAX_NAME_LEN,
+    PrefixNormalizer, ProviderInfo, RenewalResult, Wait,
 };
 pub use engine::{LockEvent, LockEventKind, ReentrantHold, StorageLock, StorageLockBuilder};
 pub use fenced::{FencedResource, StaleToken};
 pub use memory::MemoryStorage;
 pub use storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
-    OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored,
-    SweepReport, TimeSource, Timestamp, Version, Waiters, redact_url,
+    OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, StorageExt,
+    Stored, SweepReport, TimeSource, Timestamp, Version, Waiters, redact_url,
 };
-pub use storage::{NotificationSource, Notifications};
+pub use storage::{NotificationSource, Notifications, SourceEvent};

@@ -35,7 +35,7 @@ use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
     NotificationSource, Notifications, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome,
-    Storage, StorageError, Stored, Timestamp, Version,
+    SourceEvent, Storage, StorageError, Stored, Timestamp, Version,
 };
 
 const NAME: &str = "redis";
@@ -73,6 +73,7 @@ struct Scripts {
 
 /// Configures and opens a [`RedisStorage`] (`Debug` hides the password).
 #[derive(Clone)]
+#[must_use = "a builder does nothing until `open`"]
 pub struct RedisStorageBuilder {
     url: Option<String>,
     prefix: String,
@@ -155,10 +156,25 @@ impl RedisStorageBuilder {
     /// # Errors
     /// [`StorageError::Config`] for a server that can forget writes (unless allowed);
     /// [`StorageError::Backend`] if it cannot be reached.
+    ///
+    /// # Examples
+    /// URL form: `redis://[:password@]host:port[/db]`. (Runs in the test command, which sets `STORAGE_LOCK_REDIS_URL`.)
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
+    /// # let Ok(url) = std::env::var("STORAGE_LOCK_REDIS_URL") else { return Ok(()) };
+    /// use storage_lock_core::Storage;
+    /// let storage = storage_lock_redis::RedisStorage::builder()
+    ///     .url(url) // redis://127.0.0.1:6390/ (a server with appendonly yes, appendfsync always)
+    ///     .prefix("doc-locks:")
+    ///     .open()
+    ///     .await?;
+    /// assert!(storage.capabilities().linearizable_cas);
+    /// # Ok(()) }
+    /// ```
     pub async fn open(self) -> Result<RedisStorage, StorageError> {
         let url = self
             .url
-            .ok_or_else(|| StorageError::backend(NAME, "open", "no server URL configured"))?;
+            .ok_or_else(|| StorageError::config(NAME, "no server URL configured"))?;
         let client = Client::open(url.as_str()).map_err(err("open"))?;
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(self.response_timeout)
@@ -282,22 +298,26 @@ struct PubSubSource {
 impl NotificationSource for PubSubSource {
     type Connection = redis::aio::PubSubStream;
 
-    async fn connect(&self) -> Result<Self::Connection, String> {
+    async fn connect(&self) -> Result<Self::Connection, StorageError> {
         let mut pubsub = self
             .client
             .get_async_pubsub()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(err("subscribe"))?;
         pubsub
             .subscribe(&*self.channel)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(err("subscribe"))?;
         Ok(pubsub.into_on_message())
     }
 
-    async fn next(&self, conn: &mut Self::Connection) -> Option<Option<String>> {
-        let msg = conn.next().await?;
-        Some(msg.get_payload::<String>().ok())
+    async fn next(&self, conn: &mut Self::Connection) -> SourceEvent {
+        match conn.next().await {
+            Some(msg) => msg
+                .get_payload::<String>()
+                .map_or(SourceEvent::MayHaveMissed, SourceEvent::Changed),
+            None => SourceEvent::Disconnected,
+        }
     }
 }
 

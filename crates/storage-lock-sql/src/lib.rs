@@ -19,7 +19,9 @@ pub mod mysql;
 mod naming;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod primitives;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod row;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod server;

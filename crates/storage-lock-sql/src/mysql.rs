@@ -66,6 +66,7 @@ pub struct MysqlStorage {
 
 /// Configures and opens a [`MysqlStorage`].
 #[derive(Debug, Clone, Default)]
+#[must_use = "a builder does nothing until `open`"]
 pub struct MysqlStorageBuilder {
     server: ServerOptions,
 }
@@ -85,7 +86,27 @@ impl MysqlStorageBuilder {
 
     server_setters!("mysql://user:password@host:port/db");
 
-    /// Connects and creates the table if needed.
+    /// Connects, creates the table if needed (migrating an old key column), and checks
+    /// `innodb_flush_log_at_trx_commit` (see [`Self::allow_volatile`]).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for a bad table name or a server that flushes commits lazily
+    /// (unless allowed); [`StorageError::Backend`] if the server cannot be reached.
+    ///
+    /// # Examples
+    /// URL form: `mysql://user[:password]@host:port/db`. (Runs in the test command, which sets `STORAGE_LOCK_MYSQL_URL`.)
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
+    /// # let Ok(url) = std::env::var("STORAGE_LOCK_MYSQL_URL") else { return Ok(()) };
+    /// use storage_lock_core::Storage;
+    /// let storage = storage_lock_sql::MysqlStorage::builder()
+    ///     .url(url) // mysql://root@127.0.0.1:3306/test
+    ///     .table("doc_locks")
+    ///     .open()
+    ///     .await?;
+    /// assert!(storage.capabilities().linearizable_cas);
+    /// # Ok(()) }
+    /// ```
     pub async fn open(self) -> Result<MysqlStorage, StorageError> {
         let url = self.server.checked_url(NAME)?;
         let pool = MySqlPoolOptions::new()

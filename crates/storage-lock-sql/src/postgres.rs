@@ -28,7 +28,7 @@ use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, NotificationSource,
-    Notifications, OwnerId, ReleaseOutcome, RenewOutcome, StorageError, Timestamp,
+    Notifications, OwnerId, ReleaseOutcome, RenewOutcome, SourceEvent, StorageError, Timestamp,
 };
 
 use crate::naming::validate_table_name;
@@ -57,6 +57,7 @@ pub struct PostgresStorage {
 
 /// Configures and opens a [`PostgresStorage`].
 #[derive(Debug, Clone, Default)]
+#[must_use = "a builder does nothing until `open`"]
 pub struct PostgresStorageBuilder {
     server: ServerOptions,
     schema: Option<String>,
@@ -85,11 +86,32 @@ impl PostgresStorageBuilder {
         self
     }
 
-    /// Connects and creates the schema, table and version sequence if needed.
+    /// Connects and creates the schema, table and version sequence if needed (catalog-checked
+    /// migrations only when needed), and checks `fsync` (see [`Self::allow_volatile`]).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for a bad table or schema name, a URL the driver rejects, or a
+    /// server running with `fsync = off` (unless allowed); [`StorageError::Backend`] if the
+    /// server cannot be reached or the schema cannot be created.
+    ///
+    /// # Examples
+    /// URL form: `postgres://user[:password]@host:port/db`. (Runs in the test command, which sets `STORAGE_LOCK_POSTGRES_URL`.)
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
+    /// # let Ok(url) = std::env::var("STORAGE_LOCK_POSTGRES_URL") else { return Ok(()) };
+    /// use storage_lock_core::Storage;
+    /// let storage = storage_lock_sql::PostgresStorage::builder()
+    ///     .url(url) // postgres://user@127.0.0.1:5432/db
+    ///     .table("doc_locks")
+    ///     .open()
+    ///     .await?;
+    /// assert!(storage.capabilities().linearizable_cas);
+    /// # Ok(()) }
+    /// ```
     pub async fn open(self) -> Result<PostgresStorage, StorageError> {
         let url = self.server.checked_url(NAME)?;
         if let Some(schema) = &self.schema {
-            validate_table_name(schema).map_err(|e| StorageError::backend(NAME, "open", e))?;
+            validate_table_name(schema).map_err(|e| StorageError::config(NAME, e.to_string()))?;
         }
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| StorageError::config(NAME, format!("invalid URL: {e}")))?;
@@ -351,20 +373,20 @@ struct PgSource {
 impl NotificationSource for PgSource {
     type Connection = PgListener;
 
-    async fn connect(&self) -> Result<PgListener, String> {
+    async fn connect(&self) -> Result<PgListener, StorageError> {
         let mut l = PgListener::connect_with(&self.pool)
             .await
-            .map_err(|e| e.to_string())?;
-        l.listen(&self.channel).await.map_err(|e| e.to_string())?;
+            .map_err(err("listen"))?;
+        l.listen(&self.channel).await.map_err(err("listen"))?;
         Ok(l)
     }
 
-    async fn next(&self, conn: &mut PgListener) -> Option<Option<String>> {
+    async fn next(&self, conn: &mut PgListener) -> SourceEvent {
         match conn.try_recv().await {
-            Ok(Some(n)) => Some(Some(n.payload().to_owned())),
+            Ok(Some(n)) => SourceEvent::Changed(n.payload().to_owned()),
             // The connection dropped and sqlx reconnects on the next call: re-check everything.
-            Ok(None) => Some(None),
-            Err(_) => None,
+            Ok(None) => SourceEvent::MayHaveMissed,
+            Err(_) => SourceEvent::Disconnected,
         }
     }
 }

@@ -16,6 +16,7 @@ pub(crate) fn millis(t: Timestamp) -> i64 {
     i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 /// A time the *server* computed (its clock); it cannot be negative on a sane server, and is
 /// read as the epoch if it were.
 pub(crate) fn timestamp(v: i64) -> Timestamp {

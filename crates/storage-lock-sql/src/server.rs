@@ -57,10 +57,11 @@ impl ServerOptions {
 
     /// The URL, after checking that one is set and that the table name is a plain identifier.
     pub(crate) fn checked_url(&self, backend: &'static str) -> Result<&str, StorageError> {
-        validate_table_name(&self.table).map_err(|e| StorageError::backend(backend, "open", e))?;
+        validate_table_name(&self.table)
+            .map_err(|e| StorageError::config(backend, e.to_string()))?;
         self.url
             .as_deref()
-            .ok_or_else(|| StorageError::backend(backend, "open", "no connection URL configured"))
+            .ok_or_else(|| StorageError::config(backend, "no connection URL configured"))
     }
 }
 

@@ -50,6 +50,7 @@ pub struct SqliteStorage {
 
 /// Configures and opens a [`SqliteStorage`].
 #[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `open`"]
 pub struct SqliteStorageBuilder {
     path: Option<PathBuf>,
     table: String,
@@ -130,12 +131,32 @@ impl SqliteStorageBuilder {
         self
     }
 
-    /// Opens the database, creating the file and the table if needed.
+    /// Opens the database, creating the file (and its directory) and the tables if needed, and
+    /// agrees on this boot's clock (see the module docs).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for no path or a bad table name; [`StorageError::Backend`] if
+    /// the file cannot be created or opened.
+    ///
+    /// # Examples
+    /// URL form: `sqlite:///absolute/path.db` (`sqlite://relative.db` is relative to the working
+    /// directory).
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
+    /// use storage_lock_core::{Durability, Storage};
+    /// let dir = std::env::temp_dir().join(format!("sl-doc-{}", std::process::id()));
+    /// let storage = storage_lock_sql::SqliteStorage::builder()
+    ///     .path(dir.join("locks.db"))
+    ///     .open()
+    ///     .await?;
+    /// assert_eq!(storage.capabilities().durability, Durability::Durable);
+    /// # Ok(()) }
+    /// ```
     pub async fn open(self) -> Result<SqliteStorage, StorageError> {
         let path = self
             .path
-            .ok_or_else(|| StorageError::backend(NAME, "open", "no database path configured"))?;
-        validate_table_name(&self.table).map_err(|e| StorageError::backend(NAME, "open", e))?;
+            .ok_or_else(|| StorageError::config(NAME, "no database path configured"))?;
+        validate_table_name(&self.table).map_err(|e| StorageError::config(NAME, e.to_string()))?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| {
                 StorageError::backend(

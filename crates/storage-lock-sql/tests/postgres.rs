@@ -24,7 +24,7 @@ storage_lock_testkit::storage_lock_suites!(postgres);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
     use std::time::Duration;
-    use storage_lock_core::{AcquireOutcome, AcquireRequest, OwnerId, Storage};
+    use storage_lock_core::{AcquireOutcome, AcquireRequest, OwnerId, Storage, StorageExt};
 
     let url = std::env::var("STORAGE_LOCK_POSTGRES_URL")
         .expect("STORAGE_LOCK_POSTGRES_URL must name a PostgreSQL server (run scripts/test.sh)");

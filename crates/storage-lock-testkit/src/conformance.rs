@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use storage_lock_core::StorageExt;
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Clock, HolderInfo, LockRecord, OwnerId, PageRequest,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use storage_lock_core::StorageExt;
 use storage_lock_core::fault::{FaultyStorage, Op};
 use storage_lock_core::{
     AcquireOptions, Capabilities, DistributedLock, LockError, LockEventKind, LockHandle, OwnerId,
@@ -24,13 +25,13 @@ fn opts(wait: Wait, lease: Duration) -> AcquireOptions {
 }
 
 async fn hold(l: &impl DistributedLock, name: &str, lease: Duration) -> LockHandle {
-    l.try_acquire(name, &opts(Wait::None, lease))
+    l.try_acquire(name, &opts(Wait::Never, lease))
         .await
         .unwrap()
         .expect("lock should be free")
 }
 
-/// Busy and out of wait budget is `Ok(None)` — at once for `Wait::None`, after the budget for
+/// Busy and out of wait budget is `Ok(None)` — at once for `Wait::Never`, after the budget for
 /// `Wait::For`.
 pub async fn matrix_busy_until_wait_runs_out_returns_none<S: Storage>(s: S) {
     let l = locks(s);
@@ -309,7 +310,9 @@ pub async fn checklist_released_handle_renew_returns_lost_without_state_change<S
 pub async fn checklist_failure_after_grant_releases_first<S: Storage>(s: S) {
     let l = locks(s);
     let name = unique_prefix("aftergrant");
-    let r = l.try_acquire(&name, &opts(Wait::None, Duration::MAX)).await;
+    let r = l
+        .try_acquire(&name, &opts(Wait::Never, Duration::MAX))
+        .await;
     assert!(matches!(r, Err(LockError::LeaseOutOfRange { .. })), "{r:?}");
     let h = l
         .try_acquire(&name, &AcquireOptions::default())
@@ -375,7 +378,7 @@ pub async fn watchdog_keeps_lock_past_several_leases<S: Storage>(s: S) {
     let h = l
         .try_acquire(
             &name,
-            &opts(Wait::None, lease).auto_renew(Duration::from_millis(100)),
+            &opts(Wait::Never, lease).auto_renew(Duration::from_millis(100)),
         )
         .await
         .unwrap()
@@ -409,7 +412,7 @@ pub async fn watchdog_outage_turns_handle_lost_by_local_deadline<S: Storage>(s: 
     let h = l
         .try_acquire(
             &name,
-            &opts(Wait::None, lease).auto_renew(Duration::from_millis(100)),
+            &opts(Wait::Never, lease).auto_renew(Duration::from_millis(100)),
         )
         .await
         .unwrap()
@@ -710,7 +713,7 @@ pub async fn grant_with_a_lost_answer_is_adopted<S: Storage>(s: S) {
     assert_eq!(stored.record.fencing, got.fencing_token());
     got.release().await.unwrap();
     assert!(
-        l.try_acquire(&name, &opts(Wait::None, Duration::from_secs(5)))
+        l.try_acquire(&name, &opts(Wait::Never, Duration::from_secs(5)))
             .await
             .unwrap()
             .is_some(),
@@ -727,7 +730,7 @@ pub async fn huge_leases_work_or_fail_typed_without_holding<S: Storage>(s: S) {
     let name = unique_prefix("huge_lease");
     let centuries = Duration::from_secs(86_400 * 365 * 1000);
     let h = l
-        .try_acquire(&name, &opts(Wait::None, centuries))
+        .try_acquire(&name, &opts(Wait::Never, centuries))
         .await
         .unwrap()
         .expect("a 1000-year lease is granted");
@@ -752,12 +755,14 @@ pub async fn huge_leases_work_or_fail_typed_without_holding<S: Storage>(s: S) {
         RenewalResult::Renewed { .. }
     ));
     h.release().await.unwrap();
-    let r = l.try_acquire(&name, &opts(Wait::None, absurd)).await;
+    let r = l.try_acquire(&name, &opts(Wait::Never, absurd)).await;
     assert!(matches!(r, Err(LockError::LeaseOutOfRange { .. })), "{r:?}");
-    let r = l.try_acquire(&name, &opts(Wait::None, Duration::MAX)).await;
+    let r = l
+        .try_acquire(&name, &opts(Wait::Never, Duration::MAX))
+        .await;
     assert!(matches!(r, Err(LockError::LeaseOutOfRange { .. })), "{r:?}");
     assert!(
-        l.try_acquire(&name, &opts(Wait::None, Duration::from_secs(5)))
+        l.try_acquire(&name, &opts(Wait::Never, Duration::from_secs(5)))
             .await
             .unwrap()
             .is_some(),

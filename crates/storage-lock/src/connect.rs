@@ -65,7 +65,27 @@ pub fn schemes() -> impl Iterator<Item = &'static str> {
     SCHEMES.iter().map(|(name, _)| *name)
 }
 
-/// Opens the storage a URL names (see the crate docs for the URL forms).
+/// Opens the storage a URL names (see the crate docs for the URL forms), for listing,
+/// sweeping or building a [`StorageLock`] with your own options.
+///
+/// # Errors
+/// * [`ConnectError::UnknownScheme`] — no compiled-in backend has that scheme (check the
+///   crate's features);
+/// * [`ConnectError::InvalidUrl`] — malformed, an unknown option, or an option the driver
+///   rejects (found before connecting; the password is never shown);
+/// * [`ConnectError::Storage`] — the backend could not be opened:
+///   [`StorageError::Config`] if the server can forget writes and `durability=volatile` was
+///   not given, [`StorageError::Backend`] if it cannot be reached.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock::ConnectError> {
+/// use storage_lock::{PageRequest, StorageExt};
+/// let storage = storage_lock::connect_storage("memory:").await?;
+/// let held = storage.list_locks("", &PageRequest::default()).await?;
+/// assert!(held.entries.is_empty());
+/// # Ok(()) }
+/// ```
 pub async fn connect_storage(url: &str) -> Result<Arc<dyn Storage>, ConnectError> {
     let Some((scheme, _)) = url.split_once(':') else {
         return Err(ConnectError::InvalidUrl {
@@ -85,6 +105,23 @@ pub async fn connect_storage(url: &str) -> Result<Arc<dyn Storage>, ConnectError
 
 /// Opens the storage a URL names and builds a [`StorageLock`] over it (capability check
 /// included).
+///
+/// # Errors
+/// As [`connect_storage`], and [`ConnectError::Lock`] if the storage cannot back a lock
+/// safely (no linearizable compare-and-set, no clock).
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use storage_lock::DistributedLock;
+/// let dir = tempfile::tempdir()?;
+/// let url = format!("sqlite://{}/locks.db", dir.path().display());
+/// let locks = storage_lock::connect(&url).await?;
+/// let lock = locks.try_acquire_for("deploy", Duration::ZERO).await?.expect("free");
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
 pub async fn connect(url: &str) -> Result<StorageLock, ConnectError> {
     let storage = connect_storage(url).await?;
     Ok(StorageLock::builder_arc(storage).build()?)
@@ -139,45 +176,40 @@ fn open_sqlite(url: String) -> Opened {
     })
 }
 
-/// Splits storage-lock's own query parameters (`ours`) off a URL; the rest stays for the
-/// driver, but only options in `driver` are accepted: a misspelled option (`?tabel=x`) is an
-/// error, never silently ignored.
+/// Splits storage-lock's own query parameters (`ours`, percent-decoded) off a URL parsed by
+/// [`url::Url`]; the rest stays for the driver, but only options in `driver` are accepted: a
+/// misspelled option (`?tabel=x`) is an error, never silently ignored.
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
 fn take_params(
-    url: &str,
+    raw: &str,
     ours: &[&str],
     driver: &[&str],
 ) -> Result<(String, Vec<(String, String)>), ConnectError> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), Vec::new()));
+    let invalid = |reason: String| ConnectError::InvalidUrl {
+        url: redact_url(raw),
+        reason,
     };
+    let mut url = url::Url::parse(raw).map_err(|e| invalid(e.to_string()))?;
     let (mut kept, mut taken) = (Vec::new(), Vec::new());
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if ours.contains(&k) {
-            taken.push((k.to_owned(), v.to_owned()));
-        } else if driver.contains(&k) {
-            kept.push(pair);
+    for (k, v) in url.query_pairs() {
+        if ours.contains(&&*k) {
+            taken.push((k.into_owned(), v.into_owned()));
+        } else if driver.contains(&&*k) {
+            kept.push((k.into_owned(), v.into_owned()));
         } else {
-            return Err(ConnectError::InvalidUrl {
-                url: redact_url(url),
-                reason: format!(
-                    "unknown option {k:?} (known: {})",
-                    ours.iter()
-                        .chain(driver)
-                        .copied()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            });
+            let known = ours.iter().chain(driver).copied().collect::<Vec<_>>();
+            return Err(invalid(format!(
+                "unknown option {k:?} (known: {})",
+                known.join(", ")
+            )));
         }
     }
-    let url = if kept.is_empty() {
-        base.to_owned()
+    if kept.is_empty() {
+        url.set_query(None);
     } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    Ok((url, taken))
+        url.query_pairs_mut().clear().extend_pairs(kept);
+    }
+    Ok((url.into(), taken))
 }
 
 /// A driver's verdict on its URL as [`ConnectError::InvalidUrl`].
@@ -189,6 +221,12 @@ fn checked_driver_url(url: &str, verdict: Result<(), String>) -> Result<(), Conn
     })
 }
 
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis"
+))]
 /// `durability=volatile` accepts a server that can forget writes; `durability=durable` is the
 /// default.
 fn volatile(url: &str, value: &str) -> Result<bool, ConnectError> {

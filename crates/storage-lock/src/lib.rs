@@ -39,13 +39,13 @@ pub use connect::{ConnectError, connect, connect_storage, schemes};
 pub use storage_lock_core::redact_url;
 pub use storage_lock_core::{
     AcquireOptions, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock,
-    DistributedLock, Durability, FencedResource, HoldBackend, HolderInfo, KeyNormalizer, LockError,
-    LockEvent, LockEventKind, LockHandle, LockRecord, MAX_NAME_LEN, ManualClock, MemoryStorage,
-    OwnerId, Page, PageRequest, PrefixNormalizer, ProviderInfo, ReentrantHold, ReleaseOutcome,
-    RenewOutcome, RenewalResult, StaleToken, Storage, StorageError, StorageLock,
-    StorageLockBuilder, Stored, SweepReport, SystemClock, TimeSource, Timestamp, Version, Wait,
+    DistributedLock, Durability, FencedResource, HolderInfo, KeyNormalizer, LockError, LockEvent,
+    LockEventKind, LockHandle, LockRecord, MAX_NAME_LEN, ManualClock, MemoryStorage, OwnerId, Page,
+    PageRequest, PrefixNormalizer, ProviderInfo, ReentrantHold, ReleaseOutcome, RenewOutcome,
+    RenewalResult, StaleToken, Storage, StorageError, StorageExt, StorageLock, StorageLockBuilder,
+    Stored, SweepReport, SystemClock, TimeSource, Timestamp, Version, Wait,
 };
-pub use storage_lock_core::{clock, contract, engine, fault, fenced, memory, storage};
+pub use storage_lock_core::{clock, contract, engine, fenced, memory, storage};
 #[cfg(feature = "redis")]
 pub use storage_lock_redis::{RedisStorage, RedisStorageBuilder};
 #[cfg(feature = "mysql")]

@@ -117,3 +117,19 @@ async fn urls_the_drivers_reject_are_invalid_urls() {
         );
     }
 }
+
+/// Options are percent-decoded (a Redis Cluster hash tag is `%7Blocks%7D:` in a URL).
+#[tokio::test]
+async fn options_are_percent_decoded() {
+    let Ok(url) = std::env::var("STORAGE_LOCK_REDIS_URL") else {
+        panic!("STORAGE_LOCK_REDIS_URL must name a Redis server (run scripts/test.sh)")
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let storage = storage_lock::connect_storage(&format!("{url}{sep}prefix=%7Blocks%7D:"))
+        .await
+        .unwrap();
+    assert!(
+        format!("{storage:?}").contains("\"{locks}:\""),
+        "{storage:?}"
+    );
+}

@@ -53,7 +53,7 @@ async fn fail_closed_and_recover(url_var: &str, params: &str) {
     // While cut off, acquisitions fail (or time out) instead of pretending.
     let during = timeout(
         Duration::from_secs(10),
-        locks.try_acquire(&name, &AcquireOptions::default().wait(Wait::None)),
+        locks.try_acquire(&name, &AcquireOptions::default().wait(Wait::Never)),
     )
     .await;
     assert!(

@@ -4,6 +4,7 @@
 //! are judged by the storage's clock ([`Storage::now`]), like the locks themselves.
 
 use std::io::Write;
+use storage_lock::StorageExt;
 
 use serde_json::Value;
 use storage_lock::{HolderInfo, PageRequest, Storage};

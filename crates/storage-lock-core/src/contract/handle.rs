@@ -30,7 +30,7 @@ pub enum RenewalResult {
 /// The handle owns the state machine (held → released | lost), the local deadline, the `lost()`
 /// signal, the watchdog and release-on-drop; a provider only does the I/O.
 #[async_trait]
-pub trait HoldBackend: Send + Sync + 'static {
+pub(crate) trait HoldBackend: Send + Sync + 'static {
     /// Extends the hold by `lease`. `Ok(Some(expiry))` if the storage confirmed the hold,
     /// `Ok(None)` if it is not held; errors mean "unknown" (the handle treats them fail-closed).
     async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError>;
@@ -60,13 +60,14 @@ pub fn safety_margin(lease: Duration) -> Duration {
 /// across requests; pass [`LockHandle::fencing_token`] with every write to the protected
 /// resource and let the resource reject stale tokens ([`crate::FencedResource`]); stop writing
 /// as soon as [`LockHandle::lost`] completes.
+#[must_use = "dropping a LockHandle releases the lock in the background; keep it while you work"]
 pub struct LockHandle {
-    shared: Arc<Shared>,
+    shared: Arc<HandleInner>,
 }
 
 /// Everything a handle and its background tasks share, in one allocation together with the
 /// provider's backend (the unsized last field).
-struct Shared<B: ?Sized = dyn HoldBackend> {
+struct HandleInner<B: ?Sized = dyn HoldBackend> {
     name: Arc<str>,
     key: Arc<str>,
     fencing: u64,
@@ -116,7 +117,7 @@ impl LockHandle {
     /// cannot be represented as a local deadline.
     pub(crate) fn new(grant: Grant, backend: impl HoldBackend) -> Result<Self, LockError> {
         let deadline = local_deadline(grant.sent_at, grant.lease);
-        let shared: Arc<Shared> = Arc::new(Shared {
+        let shared: Arc<HandleInner> = Arc::new(HandleInner {
             name: grant.name,
             key: grant.key,
             fencing: grant.fencing,
@@ -327,7 +328,7 @@ fn local_deadline(sent_at: BootInstant, lease: Duration) -> BootInstant {
         .unwrap_or(sent_at)
 }
 
-impl Shared {
+impl HandleInner {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -415,7 +416,7 @@ impl Shared {
 }
 
 /// Turns the handle lost at its local deadline (moved by renewals) unless released first.
-async fn deadline_timer(shared: Arc<Shared>) {
+async fn deadline_timer(shared: Arc<HandleInner>) {
     loop {
         let ended = shared.ended.notified();
         tokio::pin!(ended);
@@ -432,7 +433,7 @@ async fn deadline_timer(shared: Arc<Shared>) {
 
 /// Renews every `every`; on storage errors retries quickly until the local deadline, then the
 /// deadline check turns the handle lost. Ends when the handle is released or lost.
-async fn watchdog(shared: Arc<Shared>, every: Duration) {
+async fn watchdog(shared: Arc<HandleInner>, every: Duration) {
     let retry = (every / 4).max(Duration::from_millis(5));
     let mut next = Instant::now() + every;
     loop {
@@ -480,7 +481,7 @@ mod tests {
     async fn a_suspend_past_the_deadline_is_noticed() {
         let locks = StorageLock::new(MemoryStorage::new()).unwrap();
         let opts = AcquireOptions::default()
-            .wait(Wait::None)
+            .wait(Wait::Never)
             .lease(Duration::from_secs(60));
         let watched = locks.try_acquire("watched", &opts).await.unwrap().unwrap();
         let checked = locks.try_acquire("checked", &opts).await.unwrap().unwrap();

@@ -14,14 +14,48 @@ use super::{AcquireOptions, LockError, LockHandle, ProviderInfo, Wait};
 /// background as soon as the runtime runs that task; nobody is left holding a lock no one owns.
 #[async_trait]
 pub trait DistributedLock: Send + Sync {
-    /// Who provides the exclusion and how strong it is.
+    /// Who provides the exclusion and how strong it is. A consumer that needs exclusion
+    /// across processes checks [`ProviderInfo::process_local`].
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::{DistributedLock, MemoryStorage, StorageLock};
+    /// let locks = StorageLock::new(MemoryStorage::new()).unwrap();
+    /// assert!(locks.provider().process_local); // memory excludes tasks of this process only
+    /// ```
     fn provider(&self) -> ProviderInfo;
 
-    /// Tries to acquire `name`. `Ok(None)` means the lock is busy and the wait budget ran out.
+    /// Tries to acquire `name`, waiting as `options.wait` says. `Ok(None)` means the lock is
+    /// busy and the wait budget ran out: a normal branch, not an error.
     ///
-    /// Errors: [`LockError::InvalidName`] / [`LockError::InvalidOptions`] before any storage
-    /// call; [`LockError::Cancelled`] if `options.cancel` fires; [`LockError::Storage`] if the
-    /// storage fails.
+    /// # Errors
+    /// * [`LockError::InvalidName`] / [`LockError::InvalidOptions`] /
+    ///   [`LockError::LeaseOutOfRange`] — before any storage call;
+    /// * [`LockError::Cancelled`] — `options.cancel` fired while waiting;
+    /// * [`LockError::Storage`] — the storage failed and no wait budget was left to retry in
+    ///   (while waiting, storage errors are retried with backoff).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the wait; a grant that lands after the drop is released in
+    /// the background. Existing holders are never affected.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// use std::time::Duration;
+    /// use storage_lock_core::{AcquireOptions, DistributedLock, MemoryStorage, StorageLock, Wait};
+    /// let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let opts = AcquireOptions::default()
+    ///     .wait(Wait::For(Duration::from_secs(1)))
+    ///     .lease(Duration::from_secs(10))
+    ///     .auto_renew(Duration::from_secs(3));
+    /// let held = locks.try_acquire("report", &opts).await?.expect("free");
+    /// // A second attempt that does not wait finds it busy.
+    /// let busy = locks.try_acquire("report", &AcquireOptions::default()).await?;
+    /// assert!(busy.is_none());
+    /// held.release().await?;
+    /// # Ok(()) }
+    /// ```
     async fn try_acquire(
         &self,
         name: &str,
@@ -30,6 +64,24 @@ pub trait DistributedLock: Send + Sync {
 
     /// [`DistributedLock::try_acquire`] with the default lease (30 s, no auto-renew) and the given
     /// wait. Work that may outlast 30 s must use the options form with `auto_renew`.
+    ///
+    /// # Errors
+    /// As [`DistributedLock::try_acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::try_acquire`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// use std::time::Duration;
+    /// use storage_lock_core::{DistributedLock, MemoryStorage, StorageLock};
+    /// let locks = StorageLock::new(MemoryStorage::new())?;
+    /// if let Some(lock) = locks.try_acquire_for("nightly", Duration::ZERO).await? {
+    ///     assert!(lock.fencing_token() >= 1);
+    /// }
+    /// # Ok(()) }
+    /// ```
     async fn try_acquire_for(
         &self,
         name: &str,

@@ -8,11 +8,18 @@ use super::LockError;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// How long [`crate::DistributedLock::try_acquire`] waits for a busy lock.
+///
+/// | mode | busy lock |
+/// |---|---|
+/// | [`Wait::Never`] (default) | one attempt, then `Ok(None)` at once |
+/// | [`Wait::For`]`(d)` | keeps trying for at most `d`, then `Ok(None)` |
+/// | [`Wait::Forever`] | keeps trying until acquired or cancelled |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Wait {
-    /// One attempt; busy means `Ok(None)` at once.
+    /// Never wait: one attempt; busy means `Ok(None)` at once. (Not "no limit": that is
+    /// [`Wait::Forever`].)
     #[default]
-    None,
+    Never,
     /// Keep trying for at most this long.
     For(Duration),
     /// Wait until acquired (or cancelled).
@@ -32,6 +39,7 @@ pub enum Wait {
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
+#[must_use = "options do nothing until passed to `try_acquire`"]
 pub struct AcquireOptions {
     /// How long to wait when busy (default: one attempt).
     pub wait: Wait,
@@ -48,7 +56,7 @@ pub struct AcquireOptions {
 impl Default for AcquireOptions {
     fn default() -> Self {
         Self {
-            wait: Wait::None,
+            wait: Wait::Never,
             lease: DEFAULT_LEASE,
             auto_renew: None,
             cancel: None,

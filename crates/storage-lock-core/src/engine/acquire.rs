@@ -165,7 +165,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let started = Instant::now();
         let boot_started = BootInstant::now();
         let deadline = match options.wait {
-            Wait::None => Some(started),
+            Wait::Never => Some(started),
             Wait::For(d) => started.checked_add(d), // too far to represent = forever
             Wait::Forever => None,
         };

@@ -1,16 +1,18 @@
 //! The lock engine: [`StorageLock`] runs the lock algorithm over any [`Storage`].
 //!
-//! * [`acquire`] — the acquire loop: validate, arm a change notification, try, sleep until the
-//!   earliest of deadline / holder expiry / notification / jittered backoff; cancel safety.
-//! * [`hold`] — the provider side of a [`crate::LockHandle`]: renew and release through the storage.
-//! * [`reentrant`] — the explicit-owner reentrant API.
-//! * [`events`] and [`telemetry`] — events, `metrics` and `tracing`.
+//! Inside (private modules, in the order a call meets them):
+//! * `acquire` — the acquire loop: validate, arm a change notification, try, sleep until the
+//!   earliest of deadline / holder expiry / notification / jittered backoff; cancel safety;
+//!   retries of storage errors while the wait lasts.
+//! * `hold` — the storage side of a [`crate::LockHandle`]: renew and release through the storage.
+//! * `reentrant` — the explicit-owner reentrant API ([`StorageLock::lock_reentrant`]).
+//! * `events` and `telemetry` — [`LockEvent`]s, `metrics` and `tracing`.
 
-pub mod acquire;
-pub mod events;
-pub mod hold;
-pub mod reentrant;
-pub mod telemetry;
+mod acquire;
+mod events;
+mod hold;
+mod reentrant;
+mod telemetry;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -23,7 +25,7 @@ use crate::contract::{
     AcquireOptions, DistributedLock, KeyNormalizer, LockError, LockHandle, PrefixNormalizer,
     ProviderInfo, validate_key, validate_name,
 };
-use crate::storage::{HolderInfo, Storage, TimeSource};
+use crate::storage::{HolderInfo, Storage, StorageExt, TimeSource};
 
 pub use events::{LockEvent, LockEventKind};
 pub use reentrant::ReentrantHold;
@@ -97,7 +99,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         &self.storage
     }
 
-    /// Subscribes to this engine's [`LockEvent`]s (see [`events`] for the delivery guarantees).
+    /// Subscribes to this engine's [`LockEvent`]s (delivered without blocking the hot path: a slow listener misses events, it never slows locking).
     pub fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
         self.shared.events.subscribe()
     }
@@ -129,7 +131,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// **Admin operation**: frees the lock `name` whoever holds it (a holder gone for good);
     /// returns the record of the hold it ended, or `None` if nothing was held. The fencing token
     /// is kept, so the next acquisition's token is strictly higher; the evicted holder's handle
-    /// turns lost at its next renewal or local deadline. See [`Storage::force_release`].
+    /// turns lost at its next renewal or local deadline. See [`StorageExt::force_release`].
     ///
     /// # Errors
     /// [`LockError::InvalidName`] before any storage call; [`LockError::Storage`] if the
@@ -175,6 +177,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
 }
 
 /// Builds a [`StorageLock`].
+#[must_use = "a builder does nothing until `build`"]
 pub struct StorageLockBuilder<S: Storage + ?Sized> {
     storage: Arc<S>,
     normalizer: Box<dyn KeyNormalizer>,

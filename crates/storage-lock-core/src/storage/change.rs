@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+use super::StorageError;
+
 /// A notification armed by [`crate::Storage::wait_for_change`].
 ///
 /// It is armed when returned: a change to the key after that moment completes
@@ -103,6 +105,19 @@ impl Waiters {
     }
 }
 
+/// What a [`NotificationSource`] heard next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SourceEvent {
+    /// The record under this key changed.
+    Changed(String),
+    /// Notifications may have been missed (an undecodable message, a reconnect inside the
+    /// driver): every waiter re-checks.
+    MayHaveMissed,
+    /// The connection is gone: the hub reconnects, and every waiter re-checks.
+    Disconnected,
+}
+
 /// Where a [`Notifications`] hub gets its change notifications from: a backend's listening
 /// connection (PostgreSQL `LISTEN`, Redis `SUBSCRIBE`, …).
 #[async_trait::async_trait]
@@ -110,10 +125,9 @@ pub trait NotificationSource: Send + Sync + 'static {
     /// A connection that is listening.
     type Connection: Send + 'static;
     /// Opens a connection and starts listening; the error is logged and retried with backoff.
-    async fn connect(&self) -> Result<Self::Connection, String>;
-    /// The next event: `Some(Some(key))` — `key` changed; `Some(None)` — notifications may have
-    /// been missed (everyone re-checks); `None` — the connection is gone (it reconnects).
-    async fn next(&self, conn: &mut Self::Connection) -> Option<Option<String>>;
+    async fn connect(&self) -> Result<Self::Connection, StorageError>;
+    /// The next event on the connection.
+    async fn next(&self, conn: &mut Self::Connection) -> SourceEvent;
 }
 
 /// One listening connection per storage, multiplexed over every waiting key, re-established
@@ -203,9 +217,9 @@ async fn listen<N: NotificationSource>(source: Arc<N>, shared: Arc<HubShared>) {
         shared.waiters.wake_all(); // anything missed while disconnected
         loop {
             match source.next(&mut conn).await {
-                Some(Some(key)) => shared.waiters.wake(&key),
-                Some(None) => shared.waiters.wake_all(),
-                None => {
+                SourceEvent::Changed(key) => shared.waiters.wake(&key),
+                SourceEvent::MayHaveMissed => shared.waiters.wake_all(),
+                SourceEvent::Disconnected => {
                     shared.ready.send_replace(false);
                     shared.waiters.wake_all();
                     break;

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::StorageExt;
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use super::{
     AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, ReleaseOutcome, RenewOutcome,

@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use capabilities::{Capabilities, Durability, TimeSource};
-pub use change::{ChangeWait, NotificationSource, Notifications, Waiters};
+pub use change::{ChangeWait, NotificationSource, Notifications, SourceEvent, Waiters};
 pub use error::{StorageError, redact_url};
 pub use ops::{AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, SweepReport};
 pub use record::{HolderInfo, LockRecord, OwnerId, Page, PageRequest, Stored, Timestamp, Version};
@@ -66,7 +66,7 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     ) -> Result<Version, StorageError>;
 
     /// Deletes the record iff its version is `expected`. Optional
-    /// ([`Capabilities::conditional_delete`]); release never deletes, only [`Storage::sweep`] does.
+    /// ([`Capabilities::conditional_delete`]); release never deletes, only [`StorageExt::sweep`] does.
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
         let _ = (key, expected);
         Err(StorageError::Unsupported {
@@ -76,7 +76,7 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     }
 
     /// Records whose key starts with `prefix`, in ascending key order, including internal keys
-    /// (see [`ops::is_reserved_key`]); use [`Storage::list_locks`] to skip those.
+    /// (see [`ops::is_reserved_key`]); use [`StorageExt::list_locks`] to skip those.
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError>;
 
     /// Takes `key` for `req.owner` if it is free (see [`ops::decide_acquire`]).
@@ -110,7 +110,16 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         let _ = key;
         Ok(ChangeWait::unsupported())
     }
+}
 
+/// What callers do with a [`Storage`] beyond the lock operations — listing, sweeping, the
+/// fencing floor, force-release — built once on the primitives for every backend.
+///
+/// Implemented for every storage (and `dyn Storage`); a backend cannot override these, so their
+/// safety arguments (the floor is raised before a sweep deletes, a force-release keeps the
+/// token) hold everywhere. Bring it into scope to call them: `use storage_lock_core::StorageExt`.
+#[async_trait]
+pub trait StorageExt: Storage {
     /// The per-storage fencing floor: fresh keys start above it.
     async fn fencing_floor(&self) -> Result<u64, StorageError> {
         defaults::fencing_floor(self).await
@@ -146,8 +155,13 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     }
 }
 
+impl<S: Storage + ?Sized> StorageExt for S {}
+
 macro_rules! forward_storage {
     ($($ptr:ty),*) => {$(
+        // Every method forwarded: a provided one left out would silently run the default on
+        // top of the pointee's primitives instead of the pointee's own override.
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<S: Storage + ?Sized> Storage for $ptr {
             fn name(&self) -> &str { (**self).name() }
@@ -177,19 +191,6 @@ macro_rules! forward_storage {
             }
             async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
                 (**self).wait_for_change(key).await
-            }
-            async fn fencing_floor(&self) -> Result<u64, StorageError> { (**self).fencing_floor().await }
-            async fn raise_fencing_floor(&self, to: u64) -> Result<u64, StorageError> {
-                (**self).raise_fencing_floor(to).await
-            }
-            async fn list_locks(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
-                (**self).list_locks(prefix, page).await
-            }
-            async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
-                (**self).sweep(prefix, older_than).await
-            }
-            async fn force_release(&self, key: &str) -> Result<Option<LockRecord>, StorageError> {
-                (**self).force_release(key).await
             }
         }
     )*};

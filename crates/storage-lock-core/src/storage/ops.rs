@@ -82,7 +82,7 @@ pub enum ReleaseOutcome {
     NotHeld,
 }
 
-/// The result of [`crate::Storage::sweep`].
+/// The result of [`crate::StorageExt::sweep`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SweepReport {
     /// Records deleted.

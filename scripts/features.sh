@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Each crate builds with no default features and with each feature alone, so that a user who
+# picks one backend (or none) gets a green build. An explicit list: nothing to install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+check() { # warnings count as failures here too
+  echo "== cargo check $*"
+  local out
+  out=$(cargo check --quiet --message-format short "$@" 2>&1) || { echo "$out"; exit 1; }
+  if grep -q "warning" <<<"$out"; then echo "$out"; exit 1; fi
+}
+check -p storage-lock-core --no-default-features
+check -p storage-lock-core --no-default-features --features testing
+for f in "" sqlite postgres mysql; do
+  check -p storage-lock-sql --no-default-features ${f:+--features "$f"}
+done
+for f in "" sqlite postgres mysql redis; do
+  check -p storage-lock --no-default-features ${f:+--features "$f"}
+done
+check -p storage-lock-redis
