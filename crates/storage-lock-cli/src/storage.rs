@@ -34,6 +34,9 @@ pub struct Opened {
     pub storage: Arc<dyn Storage>,
     /// The engine, for acquiring, renewing and releasing.
     pub locks: StorageLock,
+    /// The storage as shown to people: the URL without its password, a SQLite path resolved
+    /// to an absolute one (a relative `sqlite://` path depends on the working directory).
+    pub shown: String,
 }
 
 /// Opens the storage `url` names, or the default when `url` is `None`; holds are recorded with
@@ -43,11 +46,13 @@ pub struct Opened {
 ///
 /// Errors: unknown scheme or malformed URL → usage; cannot open / not fit for locking → storage.
 pub async fn open(url: Option<&str>, holder: HolderInfo, quiet: bool) -> Result<Opened, Failure> {
+    let shown;
     let storage = match url {
         Some(url) => {
             check_url(url)?;
+            shown = describe_url(url);
             if VERBOSE.load(Ordering::Relaxed) {
-                eprintln!("storage-lock: storage: {}", describe_url(url));
+                eprintln!("storage-lock: storage: {shown}");
             }
             storage_lock::connect_storage(url)
                 .await
@@ -55,6 +60,7 @@ pub async fn open(url: Option<&str>, holder: HolderInfo, quiet: bool) -> Result<
         }
         None => {
             let path = default_path()?;
+            shown = format!("sqlite://{}", path.display());
             if VERBOSE.load(Ordering::Relaxed) {
                 eprintln!(
                     "storage-lock: storage: sqlite://{} (the default for this user: \
@@ -80,7 +86,11 @@ pub async fn open(url: Option<&str>, holder: HolderInfo, quiet: bool) -> Result<
         .holder(holder)
         .build()
         .map_err(|e| Failure::lock("cannot use the storage", &e))?;
-    Ok(Opened { storage, locks })
+    Ok(Opened {
+        storage,
+        locks,
+        shown,
+    })
 }
 
 /// The default SQLite file (see the module docs).

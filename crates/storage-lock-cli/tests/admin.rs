@@ -94,3 +94,24 @@ fn check_reports_durable_backends_ok_and_refuses_volatile_ones() {
     assert_eq!(out.status.code(), Some(78), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("VOLATILE"));
 }
+
+/// `inspect` names the storage it read, a relative SQLite path resolved to an absolute one (it
+/// depends on the working directory), and never a password.
+#[test]
+fn inspect_shows_the_resolved_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = output_within(
+        cli(
+            dir.path(),
+            "sqlite://rel/locks.db",
+            &["inspect", "x", "--json"],
+        )
+        .current_dir(dir.path()),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = v["storage"].as_str().unwrap();
+    let expected = format!("sqlite://{}", dir.path().join("rel/locks.db").display());
+    assert_eq!(shown, expected);
+}

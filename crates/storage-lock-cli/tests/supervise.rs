@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use support::{
     BIN, Scratch, alive, cli, file, inspect, kill, now_ns, output_within, read, stamps, unique,
-    urls, wait_until, wait_within, writer_script,
+    urls, wait_until, wait_within, writer_script, writer_started,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -68,10 +68,7 @@ fn kill_9_of_run_stops_its_command_before_anyone_else_gets_the_lock() {
         .env("W", &w)
         .spawn()
         .unwrap();
-        wait_until(Duration::from_secs(10), "the command's writes", || {
-            stamps(&w).len() >= 2
-        });
-        let cmd: u32 = read(&file(dir.path(), "w.pid")).parse().unwrap();
+        let cmd = writer_started(dir.path(), &w);
 
         kill(holder.id(), Signal::SIGKILL);
         holder.wait().unwrap();
@@ -125,10 +122,7 @@ fn a_stopped_run_has_its_command_stopped_by_the_deadline_even_if_it_ignores_sigt
             .env("W", &w)
             .spawn()
             .unwrap();
-            wait_until(Duration::from_secs(10), "the command's writes", || {
-                stamps(&w).len() >= 2
-            });
-            let cmd: u32 = read(&file(dir.path(), "w.pid")).parse().unwrap();
+            let cmd = writer_started(dir.path(), &w);
 
             kill(holder.id(), Signal::SIGSTOP);
             // The storage's expiry as of the last renewal before the stop.
@@ -186,10 +180,7 @@ fn a_lost_lock_gets_a_command_that_ignores_sigterm_killed_after_the_grace() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    wait_until(Duration::from_secs(10), "the command's writes", || {
-        stamps(&w).len() >= 2
-    });
-    let cmd: u32 = read(&file(dir.path(), "w.pid")).parse().unwrap();
+    let cmd = writer_started(dir.path(), &w);
     let out = Command::new("sqlite3")
         .arg(&db)
         .arg(".timeout 5000")

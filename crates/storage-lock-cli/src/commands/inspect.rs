@@ -85,12 +85,13 @@ pub async fn inspect(args: InspectArgs, url: Option<&str>, quiet: bool) -> Resul
     let Some(stored) = stored else {
         if args.json {
             let _ = output::emit(
-                serde_json::json!({ "name": args.name, "state": "absent", "held": false, "fencing_floor": floor }),
+                serde_json::json!({ "name": args.name, "state": "absent", "held": false, "fencing_floor": floor, "storage": opened.shown }),
             );
         } else {
             let _ = output::emit(format_args!(
-                "{}: no record (never taken, or swept); a first hold gets a fencing token above {floor}",
-                output::escape(&args.name)
+                "{}: no record (never taken, or swept) in {}; a first hold gets a fencing token above {floor}",
+                output::escape(&args.name),
+                opened.shown
             ));
         }
         return Ok(0);
@@ -100,6 +101,7 @@ pub async fn inspect(args: InspectArgs, url: Option<&str>, quiet: bool) -> Resul
         let mut value = output::record_json(&args.name, record, now);
         if let Value::Object(map) = &mut value {
             map.insert("fencing_floor".into(), floor.into());
+            map.insert("storage".into(), opened.shown.clone().into());
         }
         let _ = output::emit(value);
         return Ok(0);
@@ -131,5 +133,6 @@ pub async fn inspect(args: InspectArgs, url: Option<&str>, quiet: bool) -> Resul
         output::holder(record.holder.as_deref())
     );
     let _ = writeln!(out, "fencing floor: {floor}");
+    let _ = writeln!(out, "storage:       {}", opened.shown);
     Ok(0)
 }

@@ -181,6 +181,14 @@ pub fn now_ns() -> u128 {
         .as_nanos()
 }
 
+/// Waits until the [`writer_script`] writing to `w` has written twice; returns its pid.
+pub fn writer_started(dir: &Path, w: &Path) -> u32 {
+    wait_until(Duration::from_secs(10), "the command's writes", || {
+        stamps(w).len() >= 2
+    });
+    read(&file(dir, "w.pid")).parse().unwrap()
+}
+
 /// A shell loop appending `date +%s%N` to `$W` every 50 ms, forever. With `ignore_term`, the
 /// loop (and its `sleep`s) ignore SIGTERM.
 pub fn writer_script(ignore_term: bool) -> String {
