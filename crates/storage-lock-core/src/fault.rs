@@ -216,10 +216,7 @@ impl<S: Storage> Storage for PrimitivesOnly<S> {
         self.0.name()
     }
     fn capabilities(&self) -> Capabilities {
-        self.0
-            .capabilities()
-            .with_one_round_trip_ops(false)
-            .with_change_notifications(false)
+        self.0.capabilities().with_change_notifications(false)
     }
     async fn now(&self) -> Result<Timestamp, StorageError> {
         self.0.now().await

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock};
+use crate::storage::TimeSource;
 use crate::storage::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use crate::storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
@@ -25,6 +26,7 @@ use crate::storage::{
 pub struct MemoryStorage {
     table: Mutex<Table>,
     clock: Arc<dyn Clock>,
+    time_source: TimeSource,
 }
 
 #[derive(Debug, Default)]
@@ -49,14 +51,19 @@ impl Default for MemoryStorage {
 impl MemoryStorage {
     /// An empty storage on the system clock.
     pub fn new() -> Self {
-        Self::with_clock(SystemClock)
+        Self {
+            table: Mutex::new(Table::default()),
+            clock: Arc::new(SystemClock),
+            time_source: TimeSource::Server,
+        }
     }
 
-    /// An empty storage on `clock`.
+    /// An empty storage on `clock` (its capabilities then say [`TimeSource::Injected`]).
     pub fn with_clock(clock: impl Clock) -> Self {
         Self {
             table: Mutex::new(Table::default()),
             clock: Arc::new(clock),
+            time_source: TimeSource::Injected,
         }
     }
 
@@ -131,8 +138,8 @@ impl Storage for MemoryStorage {
         Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_change_notifications(true)
-            .with_one_round_trip_ops(true)
             .with_process_local(true)
+            .with_time_source(self.time_source)
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

@@ -444,7 +444,6 @@ impl Storage for RedisStorage {
     fn capabilities(&self) -> Capabilities {
         Capabilities::linearizable()
             .with_conditional_delete(true)
-            .with_one_round_trip_ops(true)
             .with_change_notifications(true)
             .with_durability(self.durability)
     }

@@ -399,7 +399,6 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
     fn capabilities(&self) -> Capabilities {
         Capabilities::linearizable()
             .with_conditional_delete(true)
-            .with_one_round_trip_ops(true)
             .with_change_notifications(true)
             .with_durability(self.durability)
     }

@@ -436,7 +436,6 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
     fn capabilities(&self) -> Capabilities {
         Capabilities::linearizable()
             .with_conditional_delete(true)
-            .with_one_round_trip_ops(true)
             .with_time_source(self.time_source)
             .with_durability(self.durability)
     }

@@ -729,3 +729,29 @@ pub async fn list_with_page_size_zero_makes_progress<S: Storage>(s: S) {
         .unwrap();
     assert_eq!(listed.entries.len(), 2, "0 means the default page size");
 }
+
+/// [`storage_lock_core::Capabilities::change_notifications`] is a promise: a storage that
+/// declares it wakes a waiter armed with `wait_for_change` when the holder releases (well before
+/// the hold's expiry); one that does not returns an unsupported wait (waiters back off).
+pub async fn declared_change_notifications_are_delivered<S: Storage>(s: S) {
+    let key = unique_prefix("notify") + "k";
+    let a = OwnerId::random();
+    s.try_acquire(&key, &request(a, Duration::from_secs(60), false))
+        .await
+        .unwrap();
+    let change = s.wait_for_change(&key).await.unwrap();
+    if !s.capabilities().change_notifications {
+        assert!(!change.is_supported(), "a wait without the capability");
+        return;
+    }
+    assert!(
+        change.is_supported(),
+        "declared, but the wait is unsupported"
+    );
+    // Let a listener connection come up before the change it must report.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.release(&key, a).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), change.changed())
+        .await
+        .expect("no notification within 5 s of the release (the hold had 60 s left)");
+}

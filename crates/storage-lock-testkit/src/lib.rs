@@ -101,6 +101,7 @@ macro_rules! __all_cases {
                 force_release_frees_a_held_key_and_keeps_fencing,
                 keys_differing_by_padding_case_or_normalization_are_distinct,
                 list_with_page_size_zero_makes_progress,
+                declared_change_notifications_are_delivered,
             ];
             semantics: [
                 matrix_busy_until_wait_runs_out_returns_none,

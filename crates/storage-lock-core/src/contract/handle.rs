@@ -1,17 +1,15 @@
+//! [`LockHandle`]: what application code holds. Its runtime (state machine, timers, watchdog)
+//! lives in the engine (`engine::runtime`); this is the documented face.
+
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
-use tokio::sync::Notify;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::BootInstant;
-
 use super::LockError;
+use crate::engine::runtime::HoldRuntime;
 
 /// The result of [`LockHandle::try_renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,21 +21,6 @@ pub enum RenewalResult {
     },
     /// Not held (any more). Unless the handle had been released normally, it is now lost.
     Lost,
-}
-
-/// The provider side of a [`LockHandle`]: how to renew and release one hold.
-///
-/// The handle owns the state machine (held → released | lost), the local deadline, the `lost()`
-/// signal, the watchdog and release-on-drop; a provider only does the I/O.
-#[async_trait]
-pub(crate) trait HoldBackend: Send + Sync + 'static {
-    /// Extends the hold by `lease`. `Ok(Some(expiry))` if the storage confirmed the hold,
-    /// `Ok(None)` if it is not held; errors mean "unknown" (the handle treats them fail-closed).
-    async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError>;
-    /// Releases the hold (no-op if not held).
-    async fn release(&self) -> Result<(), LockError>;
-    /// Called once when the handle turns lost.
-    fn on_lost(&self) {}
 }
 
 /// The safety margin subtracted from a lease to get the handle's **local deadline**:
@@ -62,113 +45,40 @@ pub fn safety_margin(lease: Duration) -> Duration {
 /// as soon as [`LockHandle::lost`] completes.
 #[must_use = "dropping a LockHandle releases the lock in the background; keep it while you work"]
 pub struct LockHandle {
-    shared: Arc<HandleInner>,
-}
-
-/// Everything a handle and its background tasks share, in one allocation together with the
-/// provider's backend (the unsized last field).
-struct HandleInner<B: ?Sized = dyn HoldBackend> {
-    name: Arc<str>,
-    key: Arc<str>,
-    fencing: u64,
-    lease: Duration,
-    state: Mutex<State>,
-    /// Wakes `lost()` futures when the handle turns lost.
-    lost: Notify,
-    /// Created by the first `lost_token()` call only (most handles never need one).
-    lost_token: OnceLock<CancellationToken>,
-    /// Wakes the watchdog and the deadline timer when the handle ends (released or lost).
-    ended: Notify,
-    release_started: AtomicBool,
-    timer_started: AtomicBool,
-    backend: B,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum State {
-    Held {
-        expires_at: SystemTime,
-        /// The local deadline, on the clock that counts suspended time.
-        deadline: BootInstant,
-    },
-    Released {
-        expires_at: SystemTime,
-    },
-    Lost {
-        expires_at: SystemTime,
-    },
-}
-
-/// What a provider knows right after the storage granted a hold.
-#[derive(Debug, Clone)]
-pub(crate) struct Grant {
-    pub name: Arc<str>,
-    pub key: Arc<str>,
-    pub fencing: u64,
-    pub lease: Duration,
-    pub expires_at: SystemTime,
-    /// Taken before the acquire request was sent.
-    pub sent_at: BootInstant,
-    pub auto_renew: Option<Duration>,
+    runtime: Arc<HoldRuntime>,
 }
 
 impl LockHandle {
-    /// Builds the handle for a grant; fails (without releasing: the caller must) if the lease
-    /// cannot be represented as a local deadline.
-    pub(crate) fn new(grant: Grant, backend: impl HoldBackend) -> Result<Self, LockError> {
-        let deadline = local_deadline(grant.sent_at, grant.lease);
-        let shared: Arc<HandleInner> = Arc::new(HandleInner {
-            name: grant.name,
-            key: grant.key,
-            fencing: grant.fencing,
-            lease: grant.lease,
-            state: Mutex::new(State::Held {
-                expires_at: grant.expires_at,
-                deadline,
-            }),
-            lost: Notify::new(),
-            lost_token: OnceLock::new(),
-            ended: Notify::new(),
-            release_started: AtomicBool::new(false),
-            timer_started: AtomicBool::new(false),
-            backend,
-        });
-        if let Some(every) = grant.auto_renew {
-            shared.timer_started.store(true, Ordering::Relaxed);
-            tokio::spawn(watchdog(shared.clone(), every));
-        }
-        Ok(Self { shared })
+    /// The face of a started hold runtime.
+    pub(crate) fn from_runtime(runtime: Arc<HoldRuntime>) -> Self {
+        Self { runtime }
     }
 
     /// The lock name given at acquisition (not the storage key).
     pub fn name(&self) -> &str {
-        &self.shared.name
+        self.runtime.name()
     }
 
     /// The storage key the name was normalized to.
     pub fn key(&self) -> &str {
-        &self.shared.key
+        self.runtime.key()
     }
 
     /// This hold's fencing token: strictly greater than every earlier hold's of the same key,
     /// unchanged by renewals.
     pub fn fencing_token(&self) -> u64 {
-        self.shared.fencing
+        self.runtime.fencing()
     }
 
     /// The lease each renewal extends the hold by when no other is given.
     pub fn lease(&self) -> Duration {
-        self.shared.lease
+        self.runtime.lease()
     }
 
     /// The authoritative expiry (storage clock) as of the last confirmed acquire/renew.
     /// Meaningless once the handle is lost or released.
     pub fn expires_at(&self) -> SystemTime {
-        match *self.shared.state() {
-            State::Held { expires_at, .. }
-            | State::Released { expires_at }
-            | State::Lost { expires_at } => expires_at,
-        }
+        self.runtime.expires_at()
     }
 
     /// How long until the handle's **local deadline** (see [`safety_margin`]): the moment it
@@ -176,62 +86,27 @@ impl LockHandle {
     /// lost. A supervisor that must stop work before anyone else can hold the lock (the CLI's
     /// `run`) schedules that stop from this, not from [`Self::expires_at`] (another clock).
     pub fn time_left(&self) -> Option<Duration> {
-        if self.shared.check_deadline() {
-            return None;
-        }
-        self.shared
-            .deadline()
-            .map(|d| d.saturating_duration_since(BootInstant::now()))
+        self.runtime.time_left()
     }
 
     /// Whether the hold is lost (terminal). A normally released handle is *not* lost, so use
     /// [`Self::lost`] (or [`Self::lost_token`]) — not this — to decide whether to keep writing.
     pub fn is_lost(&self) -> bool {
-        self.shared.check_deadline();
-        matches!(*self.shared.state(), State::Lost { .. })
+        self.runtime.is_lost()
     }
 
     /// Completes when the hold is lost: the local deadline passed without a confirmed renewal,
     /// or a renewal could not confirm the hold. Never completes for a released handle.
     /// Needs no background task; works on any tokio runtime.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let shared = self.shared.clone();
-        async move {
-            loop {
-                let notified = shared.lost.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let state = *shared.state();
-                let deadline = match state {
-                    State::Held { deadline, .. } => deadline,
-                    State::Lost { .. } => return,
-                    State::Released { .. } => std::future::pending().await,
-                };
-                tokio::select! {
-                    () = notified => {}
-                    () = tokio::time::sleep_until(wake_for(deadline)) => { shared.check_deadline(); }
-                }
-            }
-        }
+        self.runtime.lost()
     }
 
     /// A token cancelled when the hold is lost, for APIs that take a `CancellationToken`.
     /// The first call starts a deadline timer on the current tokio runtime (the auto-renew
     /// watchdog, if enabled, already is one).
     pub fn lost_token(&self) -> CancellationToken {
-        let token = self
-            .shared
-            .lost_token
-            .get_or_init(CancellationToken::new)
-            .clone();
-        // `mark_lost` may have run before the token existed.
-        if matches!(*self.shared.state(), State::Lost { .. }) {
-            token.cancel();
-        }
-        if !self.shared.timer_started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(deadline_timer(self.shared.clone()));
-        }
-        token
+        self.runtime.lost_token()
     }
 
     /// Extends the hold by `lease` (default: the acquisition's lease).
@@ -241,263 +116,24 @@ impl LockHandle {
     /// [`RenewalResult::Lost`]. On a released handle it returns `Lost` without I/O and without
     /// changing state. Errors only for an invalid `lease` (zero, or too long to represent).
     pub async fn try_renew(&self, lease: Option<Duration>) -> Result<RenewalResult, LockError> {
-        if lease.is_some_and(|l| l.is_zero()) {
-            return Err(LockError::invalid_option(
-                "lease",
-                "must be greater than zero",
-            ));
-        }
-        let lease = lease.unwrap_or(self.shared.lease);
-        lease_representable(lease)?;
-        Ok(self.shared.renew(lease, true).await)
+        self.runtime.try_renew(lease).await
     }
 
     /// Releases the hold. Idempotent: only the first call (or drop) does storage I/O. Releasing
     /// a lost handle still tries to remove its record (harmless if someone else holds the key).
     pub async fn release(&self) -> Result<(), LockError> {
-        if self.shared.release_started.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        self.shared.mark_released();
-        self.shared.backend.release().await
+        self.runtime.release().await
     }
 }
 
 impl Drop for LockHandle {
     fn drop(&mut self) {
-        if self.shared.release_started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        self.shared.mark_released();
-        let shared = self.shared.clone();
-        // Without a runtime the hold simply lapses at its lease.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = shared.backend.release().await {
-                    tracing::warn!(error = %e, "background release of a dropped lock handle failed");
-                }
-            });
-        }
+        self.runtime.dropped();
     }
 }
 
 impl fmt::Debug for LockHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockHandle")
-            .field("name", &self.shared.name)
-            .field("key", &self.shared.key)
-            .field("fencing_token", &self.shared.fencing)
-            .field("state", &*self.shared.state())
-            .finish()
-    }
-}
-
-/// Whether a hold of `lease` from now ends by [`crate::Timestamp::MAX`] (judged on this host's
-/// clock; the storage's verdict comes with its expiry).
-pub(crate) fn lease_representable(lease: Duration) -> Result<(), LockError> {
-    let ends = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .checked_add(lease);
-    match ends {
-        Some(ends) if ends.as_millis() <= u128::from(crate::Timestamp::MAX.as_millis()) => Ok(()),
-        _ => Err(LockError::LeaseOutOfRange { lease }),
-    }
-}
-
-/// The longest a timer is set for: later deadlines are capped (a lease of centuries still
-/// works; its timer simply never fires within the process's life).
-const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
-
-/// The longest a deadline timer sleeps before it looks at the boot clock again: tokio's timers
-/// run on the monotonic clock, which stands still while the machine is suspended, so after a
-/// resume a handle notices its passed deadline within this long (and `is_lost()` at once).
-const SUSPEND_CHECK: Duration = Duration::from_secs(1);
-
-/// When a timer waiting for `deadline` wakes up (on tokio's clock).
-fn wake_for(deadline: BootInstant) -> Instant {
-    let left = deadline.saturating_duration_since(BootInstant::now());
-    Instant::now() + left.min(SUSPEND_CHECK)
-}
-
-fn local_deadline(sent_at: BootInstant, lease: Duration) -> BootInstant {
-    let wanted = lease - safety_margin(lease);
-    // `Instant + Duration` must never overflow; if even the cap does not fit, fail closed.
-    sent_at
-        .checked_add(wanted.min(FAR_FUTURE))
-        .unwrap_or(sent_at)
-}
-
-impl HandleInner {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Turns the handle lost if its local deadline has passed; returns whether it is lost.
-    fn check_deadline(&self) -> bool {
-        let expired = match *self.state() {
-            State::Held { deadline, .. } => BootInstant::now() >= deadline,
-            State::Lost { .. } => return true,
-            State::Released { .. } => return false,
-        };
-        if expired {
-            self.mark_lost();
-        }
-        expired
-    }
-
-    fn mark_lost(&self) {
-        let mut state = self.state();
-        if let State::Held { expires_at, .. } = *state {
-            *state = State::Lost { expires_at };
-            drop(state);
-            if let Some(token) = self.lost_token.get() {
-                token.cancel();
-            }
-            self.lost.notify_waiters();
-            self.ended.notify_waiters();
-            self.backend.on_lost();
-        }
-    }
-
-    fn mark_released(&self) {
-        let mut state = self.state();
-        if let State::Held { expires_at, .. } = *state {
-            *state = State::Released { expires_at };
-        }
-        drop(state);
-        self.ended.notify_waiters();
-    }
-
-    /// One renewal. With `fail_on_error`, a storage error turns the handle lost; without it
-    /// (the watchdog), the error is reported as `None` so the caller can retry before the deadline.
-    async fn renew(&self, lease: Duration, fail_on_error: bool) -> RenewalResult {
-        if self.release_started.load(Ordering::Acquire) || self.check_deadline() {
-            return RenewalResult::Lost;
-        }
-        let sent_at = BootInstant::now();
-        let outcome = self.backend.renew(lease).await;
-        let confirmed = match outcome {
-            Ok(Some(expires_at)) => expires_at,
-            Ok(None) => {
-                self.mark_lost();
-                return RenewalResult::Lost;
-            }
-            Err(e) => {
-                tracing::warn!(name = %self.name, error = %e, "renewal could not confirm the hold");
-                if fail_on_error {
-                    self.mark_lost();
-                }
-                return RenewalResult::Lost;
-            }
-        };
-        let mut state = self.state();
-        match &mut *state {
-            State::Held {
-                expires_at,
-                deadline,
-            } => {
-                *deadline = local_deadline(sent_at, lease);
-                *expires_at = confirmed;
-                RenewalResult::Renewed {
-                    expires_at: confirmed,
-                }
-            }
-            _ => RenewalResult::Lost,
-        }
-    }
-
-    fn deadline(&self) -> Option<BootInstant> {
-        match *self.state() {
-            State::Held { deadline, .. } => Some(deadline),
-            _ => None,
-        }
-    }
-}
-
-/// Turns the handle lost at its local deadline (moved by renewals) unless released first.
-async fn deadline_timer(shared: Arc<HandleInner>) {
-    loop {
-        let ended = shared.ended.notified();
-        tokio::pin!(ended);
-        ended.as_mut().enable();
-        let Some(deadline) = shared.deadline() else {
-            return;
-        };
-        tokio::select! {
-            () = ended => return,
-            () = tokio::time::sleep_until(wake_for(deadline)) => { shared.check_deadline(); }
-        }
-    }
-}
-
-/// Renews every `every`; on storage errors retries quickly until the local deadline, then the
-/// deadline check turns the handle lost. Ends when the handle is released or lost.
-async fn watchdog(shared: Arc<HandleInner>, every: Duration) {
-    let retry = (every / 4).max(Duration::from_millis(5));
-    let mut next = Instant::now() + every;
-    loop {
-        let ended = shared.ended.notified();
-        tokio::pin!(ended);
-        ended.as_mut().enable();
-        let Some(deadline) = shared.deadline() else {
-            return;
-        };
-        tokio::select! {
-            () = ended => return,
-            () = tokio::time::sleep_until(next.min(wake_for(deadline))) => {}
-        }
-        if shared.check_deadline() {
-            return;
-        }
-        if Instant::now() < next {
-            continue;
-        }
-        // A renewal still unanswered at the local deadline cannot save the hold.
-        let left = deadline.saturating_duration_since(BootInstant::now());
-        let renewed = tokio::time::timeout(left, shared.renew(shared.lease, false)).await;
-        next = match renewed {
-            Ok(RenewalResult::Renewed { .. }) => Instant::now() + every,
-            Ok(RenewalResult::Lost) => Instant::now() + retry,
-            Err(_) => {
-                shared.check_deadline();
-                return;
-            }
-        };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use crate::clock::suspend::sleep_machine;
-    use crate::{AcquireOptions, MemoryStorage, StorageLock, Wait};
-
-    /// A holder whose machine was suspended past its lease wakes knowing it lost the lock:
-    /// tokio's monotonic clock stood still, so a deadline kept on it would still be ahead.
-    /// `is_lost()` sees it at once, `lost()` within [`super::SUSPEND_CHECK`].
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_suspend_past_the_deadline_is_noticed() {
-        let locks = StorageLock::new(MemoryStorage::new()).unwrap();
-        let opts = AcquireOptions::default()
-            .wait(Wait::Never)
-            .lease(Duration::from_secs(60));
-        let watched = locks.try_acquire("watched", &opts).await.unwrap().unwrap();
-        let checked = locks.try_acquire("checked", &opts).await.unwrap().unwrap();
-        let lost = watched.lost();
-        tokio::pin!(lost);
-        // Let the `lost()` future arm its timer, then "suspend" for 2 minutes.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(20), &mut lost)
-                .await
-                .is_err()
-        );
-        sleep_machine(Duration::from_secs(120));
-        assert!(checked.is_lost(), "is_lost() must see the suspend at once");
-        assert_eq!(checked.time_left(), None);
-        tokio::time::timeout(super::SUSPEND_CHECK + Duration::from_millis(500), lost)
-            .await
-            .expect("lost() must fire within SUSPEND_CHECK of the resume");
+        self.runtime.fmt(f)
     }
 }

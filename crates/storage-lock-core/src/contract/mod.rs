@@ -30,7 +30,6 @@ mod options;
 mod provider;
 
 pub use error::LockError;
-pub(crate) use handle::{Grant, HoldBackend, lease_representable};
 pub use handle::{LockHandle, RenewalResult, safety_margin};
 pub use lock::DistributedLock;
 pub use name::{KeyNormalizer, MAX_NAME_LEN, PrefixNormalizer, validate_key, validate_name};

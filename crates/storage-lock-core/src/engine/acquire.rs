@@ -32,8 +32,9 @@ use crate::clock::BootInstant;
 use super::StorageLock;
 use super::events::LockEventKind;
 use super::hold::EngineHold;
+use super::runtime::{Grant, HoldRuntime};
 use super::telemetry::{self, Finish};
-use crate::contract::{AcquireOptions, Grant, LockError, LockHandle, Wait};
+use crate::contract::{AcquireOptions, LockError, LockHandle, Wait};
 use crate::storage::{
     AcquireOutcome, AcquireRequest, ChangeWait, HolderInfo, OwnerId, Storage, StorageError,
     Timestamp,
@@ -62,7 +63,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError> {
         options.validate()?;
-        crate::contract::lease_representable(options.lease)?;
+        super::runtime::lease_representable(options.lease)?;
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
         // Building a span (and an `Instrumented` wrapper) costs even when nobody listens.
         let span = tracing::level_enabled!(tracing::Level::DEBUG)
@@ -86,7 +87,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 .ok_or(LockError::LeaseOutOfRange {
                     lease: options.lease,
                 })
-                .and_then(|expires_at| {
+                .map(|expires_at| {
                     let grant = Grant {
                         // The default normalizer maps a name to itself: share the allocation.
                         name: if *key == *name {
@@ -101,7 +102,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         sent_at: granted.sent_at,
                         auto_renew: options.auto_renew,
                     };
-                    LockHandle::new(grant, backend)
+                    LockHandle::from_runtime(HoldRuntime::start(grant, backend))
                 });
             match built {
                 Ok(handle) => {

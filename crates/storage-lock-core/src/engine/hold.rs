@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::events::LockEventKind;
+use super::runtime::HoldBackend;
 use super::{EngineShared, telemetry};
-use crate::contract::{HoldBackend, LockError};
+use crate::contract::LockError;
 use crate::storage::{OwnerId, RenewOutcome, Storage};
 
 pub(crate) struct EngineHold<S: Storage + ?Sized> {

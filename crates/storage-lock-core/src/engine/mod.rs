@@ -12,6 +12,7 @@ mod acquire;
 mod events;
 mod hold;
 mod reentrant;
+pub(crate) mod runtime;
 mod telemetry;
 
 use std::borrow::Cow;

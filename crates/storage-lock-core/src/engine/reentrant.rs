@@ -43,7 +43,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 reason: "the reentrant API has no watchdog; call renew_reentrant".into(),
             });
         }
-        crate::contract::lease_representable(options.lease)?;
+        super::runtime::lease_representable(options.lease)?;
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
         let req = self.request(owner, options, true);
         let Some(granted) = self.acquire_loop(&key, &req, options).await? else {

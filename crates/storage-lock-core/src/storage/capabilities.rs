@@ -74,8 +74,6 @@ pub struct Capabilities {
     pub time_source: TimeSource,
     /// [`crate::Storage::wait_for_change`] delivers notifications (otherwise waiters back off).
     pub change_notifications: bool,
-    /// `try_acquire`, `renew` and `release` each take one round trip.
-    pub one_round_trip_ops: bool,
     /// Exclusion holds only inside one process.
     pub process_local: bool,
     /// Whether acknowledged writes survive a crash (see [`Durability`]).
@@ -91,7 +89,6 @@ impl Capabilities {
             conditional_delete: false,
             time_source: TimeSource::Server,
             change_notifications: false,
-            one_round_trip_ops: false,
             process_local: false,
             durability: Durability::Durable,
         }
@@ -118,12 +115,6 @@ impl Capabilities {
     /// Sets [`Self::change_notifications`].
     pub const fn with_change_notifications(mut self, yes: bool) -> Self {
         self.change_notifications = yes;
-        self
-    }
-
-    /// Sets [`Self::one_round_trip_ops`].
-    pub const fn with_one_round_trip_ops(mut self, yes: bool) -> Self {
-        self.one_round_trip_ops = yes;
         self
     }
 
