@@ -193,7 +193,7 @@ fn the_default_note_is_the_program_name_and_stored_text_is_escaped() {
         );
         let shown = stdout(&run_cli(d, &url, &["inspect", &evil]));
         assert!(!shown.contains('\u{1b}'), "{url}: {shown}");
-        assert_eq!(shown.lines().count(), 10, "{url}: {shown}");
+        assert_eq!(shown.lines().count(), 11, "{url}: {shown}"); // ten fields and the storage
         // JSON keeps the note exactly (JSON escapes it).
         let record = inspect(d, &url, &evil);
         assert!(

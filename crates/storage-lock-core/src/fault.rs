@@ -25,7 +25,7 @@ pub enum Op {
     Update,
     Delete,
     List,
-    TryAcquire,
+    AcquireOnce,
     Renew,
     Release,
     WaitForChange,
@@ -165,13 +165,13 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         self.enter(Op::List).await?;
         self.inner.list(prefix, page).await
     }
-    async fn try_acquire(
+    async fn acquire_once(
         &self,
         key: &str,
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
-        self.enter(Op::TryAcquire).await?;
-        let outcome = self.inner.try_acquire(key, req).await;
+        self.enter(Op::AcquireOnce).await?;
+        let outcome = self.inner.acquire_once(key, req).await;
         let lose = self
             .lost_answers
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))

@@ -15,7 +15,7 @@
 //!
 //! [`DistributedLock::try_acquire`] validates the name and the options (no storage I/O before
 //! that), normalizes the name into a key, then loops: arm a change notification
-//! ([`Storage::wait_for_change`]), call [`Storage::try_acquire`] (one round trip on backends that
+//! ([`Storage::wait_for_change`]), call [`Storage::acquire_once`] (one round trip on backends that
 //! override it, a get + conditional create/update on the default implementation), and either
 //! build a [`LockHandle`] or sleep until the earliest of the wait deadline, the holder's expiry, a
 //! change notification or a jittered backoff. See [`engine`] for the details.

@@ -221,7 +221,7 @@ impl Storage for MemoryStorage {
         Ok(Page::from_sorted(entries, limit))
     }
 
-    async fn try_acquire(
+    async fn acquire_once(
         &self,
         key: &str,
         req: &AcquireRequest,
@@ -339,15 +339,15 @@ mod tests {
         let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
         let s = MemoryStorage::with_clock(clock.clone());
         let lease = Duration::from_secs(10);
-        let first = s.try_acquire("k", &request(lease)).await.unwrap();
+        let first = s.acquire_once("k", &request(lease)).await.unwrap();
         let AcquireOutcome::Acquired { fencing, .. } = first else {
             panic!("{first:?}")
         };
         clock.advance(lease - Duration::from_millis(1));
-        let busy = s.try_acquire("k", &request(lease)).await.unwrap();
+        let busy = s.acquire_once("k", &request(lease)).await.unwrap();
         assert_eq!(busy.busy_for(), Some(Duration::from_millis(1)));
         clock.advance(Duration::from_millis(1));
-        let next = s.try_acquire("k", &request(lease)).await.unwrap();
+        let next = s.acquire_once("k", &request(lease)).await.unwrap();
         assert!(matches!(next, AcquireOutcome::Acquired { fencing: f, .. } if f == fencing + 1));
     }
 

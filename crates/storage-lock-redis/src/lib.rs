@@ -569,7 +569,7 @@ impl Storage for RedisStorage {
         Ok(Page::from_sorted(entries, limit))
     }
 
-    async fn try_acquire(
+    async fn acquire_once(
         &self,
         key: &str,
         req: &AcquireRequest,
@@ -584,7 +584,7 @@ impl Storage for RedisStorage {
         let reply: Vec<Value> = inv
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(err("try_acquire"))?;
+            .map_err(err("acquire"))?;
         if int(key, reply.first())? == 1 {
             return Ok(AcquireOutcome::Acquired {
                 fencing: uint(key, reply.get(1))?,

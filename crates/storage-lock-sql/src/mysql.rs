@@ -339,7 +339,7 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
         Ok(timestamp(ms))
     }
 
-    async fn try_acquire(
+    async fn acquire_once(
         &self,
         key: &str,
         req: &AcquireRequest,
@@ -359,12 +359,12 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
                 .bind(req.reentrant)
                 .execute(&self.pool)
                 .await
-                .map_err(err("try_acquire"))?;
+                .map_err(err("acquire"))?;
             let row = query(&self.sql.acquired)
                 .bind(key)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(err("try_acquire"))?;
+                .map_err(err("acquire"))?;
             // Deleted in between by a sweep: try again.
             let Some(r) = row else { continue };
             // The request won iff the row carries its version.

@@ -413,7 +413,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         Ok(timestamp(ms))
     }
 
-    async fn try_acquire(
+    async fn acquire_once(
         &self,
         key: &str,
         req: &AcquireRequest,
@@ -431,7 +431,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                 .bind(FENCING_FLOOR_KEY)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(err("try_acquire"))?;
+                .map_err(err("acquire"))?;
             // No row: the record vanished between the upsert's check and the snapshot read
             // (a concurrent sweep); just try again.
             let Some(r) = row else { continue };

@@ -444,7 +444,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
         Ok(self.clock.now())
     }
 
-    async fn try_acquire(
+    async fn acquire_once(
         &self,
         key: &str,
         req: &AcquireRequest,
@@ -464,7 +464,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
                 .bind(FENCING_FLOOR_KEY)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(err("try_acquire"))?;
+                .map_err(err("acquire"))?;
             if let Some(r) = row {
                 let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
                 return Ok(AcquireOutcome::Acquired {

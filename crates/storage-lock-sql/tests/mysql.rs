@@ -59,8 +59,8 @@ async fn old_pad_space_tables_are_migrated_to_byte_keys() {
         holder: None,
         reentrant: false,
     };
-    let a = s.try_acquire("rv-pad", &req()).await.unwrap();
-    let b = s.try_acquire("rv-pad ", &req()).await.unwrap();
+    let a = s.acquire_once("rv-pad", &req()).await.unwrap();
+    let b = s.acquire_once("rv-pad ", &req()).await.unwrap();
     sqlx::query(&format!("DROP TABLE {table}"))
         .execute(&pool)
         .await

@@ -46,7 +46,7 @@ async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
         busy => panic!("{busy:?}"),
     };
     let a = OwnerId::random();
-    let first = token(s.try_acquire("k", &req(a)).await.unwrap());
+    let first = token(s.acquire_once("k", &req(a)).await.unwrap());
     s.release("k", a).await.unwrap();
 
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
@@ -58,7 +58,7 @@ async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
     let s = std::sync::Arc::new(s);
     let delayed = tokio::spawn({
         let s = s.clone();
-        async move { s.try_acquire("k", &req(OwnerId::random())).await }
+        async move { s.acquire_once("k", &req(OwnerId::random())).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await; // it has its snapshot and waits
     let swept = s.sweep("", Duration::ZERO).await.unwrap();
@@ -107,7 +107,7 @@ async fn opening_does_not_queue_behind_a_reader_of_the_table() {
         reentrant: false,
     };
     assert!(matches!(
-        s.try_acquire("k", &req).await.unwrap(),
+        s.acquire_once("k", &req).await.unwrap(),
         AcquireOutcome::Acquired { .. }
     ));
     let pool = sqlx::PgPool::connect(&url).await.unwrap();

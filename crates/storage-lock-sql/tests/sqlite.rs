@@ -50,7 +50,7 @@ async fn corrupt_rows_are_typed_errors_not_panics() {
         holder: None,
         reentrant: false,
     };
-    let err = s.try_acquire("big", &req).await.unwrap_err();
+    let err = s.acquire_once("big", &req).await.unwrap_err();
     assert!(matches!(err, StorageError::Corrupt { .. }), "{err:?}");
     let err = s.list("", &PageRequest::default()).await.unwrap_err();
     assert!(matches!(err, StorageError::Corrupt { .. }), "{err:?}");
@@ -107,7 +107,8 @@ async fn holds_from_an_earlier_boot_are_over() {
         reentrant: false,
     };
     let s = SqliteStorage::open(&path).await.unwrap();
-    let AcquireOutcome::Acquired { fencing, .. } = s.try_acquire("k", &req()).await.unwrap() else {
+    let AcquireOutcome::Acquired { fencing, .. } = s.acquire_once("k", &req()).await.unwrap()
+    else {
         panic!("free")
     };
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
@@ -116,7 +117,7 @@ async fn holds_from_an_earlier_boot_are_over() {
     // The same boot: the hold stands.
     let again = SqliteStorage::open(&path).await.unwrap();
     assert!(matches!(
-        again.try_acquire("k", &req()).await.unwrap(),
+        again.acquire_once("k", &req()).await.unwrap(),
         AcquireOutcome::Busy { .. }
     ));
     sqlx::query("UPDATE storage_lock_boot SET boot_id = 'an-earlier-boot'")
@@ -124,7 +125,7 @@ async fn holds_from_an_earlier_boot_are_over() {
         .await
         .unwrap();
     let rebooted = SqliteStorage::open(&path).await.unwrap();
-    let next = rebooted.try_acquire("k", &req()).await.unwrap();
+    let next = rebooted.acquire_once("k", &req()).await.unwrap();
     assert!(
         matches!(next, AcquireOutcome::Acquired { fencing: f, .. } if f == fencing + 1),
         "{next:?}"

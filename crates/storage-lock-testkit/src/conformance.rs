@@ -205,13 +205,13 @@ pub async fn racing_updates_have_one_winner<S: Storage>(s: S) {
     );
 }
 
-/// [`RACERS`] concurrent `try_acquire`s of a free key by different owners: exactly one acquires.
+/// [`RACERS`] concurrent `acquire_once`s of a free key by different owners: exactly one acquires.
 pub async fn racing_acquires_have_one_winner<S: Storage>(s: S) {
     let key = unique_prefix("racing_acquires") + "k";
     let results = race(Arc::new(s), |s, _| {
         let key = key.clone();
         tokio::spawn(async move {
-            s.try_acquire(
+            s.acquire_once(
                 &key,
                 &request(OwnerId::random(), Duration::from_secs(30), false),
             )
@@ -234,7 +234,7 @@ pub async fn release_writes_tombstone<S: Storage>(s: S) {
     let key = unique_prefix("tombstone") + "k";
     let a = OwnerId::random();
     let first = fencing_of(
-        &s.try_acquire(&key, &request(a, Duration::from_secs(30), false))
+        &s.acquire_once(&key, &request(a, Duration::from_secs(30), false))
             .await
             .unwrap(),
     );
@@ -252,7 +252,7 @@ pub async fn release_writes_tombstone<S: Storage>(s: S) {
     assert_eq!(tomb.fencing, first);
     assert_eq!(s.release(&key, a).await.unwrap(), ReleaseOutcome::NotHeld);
     let next = s
-        .try_acquire(
+        .acquire_once(
             &key,
             &request(OwnerId::random(), Duration::from_secs(30), false),
         )
@@ -331,7 +331,7 @@ pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
     let key = unique_prefix("renew") + "k";
     let a = OwnerId::random();
     let acquired = s
-        .try_acquire(&key, &request(a, Duration::from_millis(300), false))
+        .acquire_once(&key, &request(a, Duration::from_millis(300), false))
         .await
         .unwrap();
     let AcquireOutcome::Acquired { expires_at, .. } = acquired else {
@@ -368,7 +368,7 @@ pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
 pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
     let key = unique_prefix("takeover") + "k";
     let first = fencing_of(
-        &s.try_acquire(
+        &s.acquire_once(
             &key,
             &request(OwnerId::random(), Duration::from_millis(100), false),
         )
@@ -376,7 +376,7 @@ pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
         .unwrap(),
     );
     let busy = s
-        .try_acquire(
+        .acquire_once(
             &key,
             &request(OwnerId::random(), Duration::from_secs(30), false),
         )
@@ -385,7 +385,7 @@ pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
     assert!(matches!(busy, AcquireOutcome::Busy { .. }), "{busy:?}");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let second = s
-        .try_acquire(
+        .acquire_once(
             &key,
             &request(OwnerId::random(), Duration::from_secs(30), false),
         )
@@ -416,8 +416,14 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
     let key = unique_prefix("reentrant") + "k";
     let a = OwnerId::random();
     let lease = Duration::from_secs(30);
-    let first = s.try_acquire(&key, &request(a, lease, true)).await.unwrap();
-    let second = s.try_acquire(&key, &request(a, lease, true)).await.unwrap();
+    let first = s
+        .acquire_once(&key, &request(a, lease, true))
+        .await
+        .unwrap();
+    let second = s
+        .acquire_once(&key, &request(a, lease, true))
+        .await
+        .unwrap();
     let (
         AcquireOutcome::Acquired {
             fencing: f1,
@@ -435,12 +441,12 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
     };
     assert_eq!(f1, f2);
     let same_owner_plain = s
-        .try_acquire(&key, &request(a, lease, false))
+        .acquire_once(&key, &request(a, lease, false))
         .await
         .unwrap();
     assert!(matches!(same_owner_plain, AcquireOutcome::Busy { .. }));
     let other = s
-        .try_acquire(&key, &request(OwnerId::random(), lease, true))
+        .acquire_once(&key, &request(OwnerId::random(), lease, true))
         .await
         .unwrap();
     assert!(matches!(other, AcquireOutcome::Busy { .. }));
@@ -449,7 +455,7 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
         ReleaseOutcome::Released { remaining: 1 }
     );
     let other = s
-        .try_acquire(&key, &request(OwnerId::random(), lease, true))
+        .acquire_once(&key, &request(OwnerId::random(), lease, true))
         .await
         .unwrap();
     assert!(matches!(other, AcquireOutcome::Busy { .. }));
@@ -458,7 +464,7 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
         ReleaseOutcome::Released { remaining: 0 }
     );
     let b = s
-        .try_acquire(&key, &request(OwnerId::random(), lease, true))
+        .acquire_once(&key, &request(OwnerId::random(), lease, true))
         .await
         .unwrap();
     assert_eq!(fencing_of(&b), *f1 + 1);
@@ -468,11 +474,11 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
 pub async fn busy_reports_holder_and_expiry<S: Storage>(s: S) {
     let key = unique_prefix("busy") + "k";
     let lease = Duration::from_secs(10);
-    s.try_acquire(&key, &request(OwnerId::random(), lease, false))
+    s.acquire_once(&key, &request(OwnerId::random(), lease, false))
         .await
         .unwrap();
     let busy = s
-        .try_acquire(&key, &request(OwnerId::random(), lease, false))
+        .acquire_once(&key, &request(OwnerId::random(), lease, false))
         .await
         .unwrap();
     let AcquireOutcome::Busy { holder, .. } = &busy else {
@@ -501,7 +507,7 @@ pub async fn fresh_keys_start_above_floor<S: Storage>(s: S) {
     );
     let key = unique_prefix("floor") + "k";
     let token = fencing_of(
-        &s.try_acquire(
+        &s.acquire_once(
             &key,
             &request(OwnerId::random(), Duration::from_secs(30), false),
         )
@@ -519,14 +525,14 @@ pub async fn sweep_keeps_fencing_monotonic<S: Storage>(s: S) {
     let mut last = 0;
     for _ in 0..3 {
         last = fencing_of(
-            &s.try_acquire(&key, &request(a, Duration::from_secs(30), false))
+            &s.acquire_once(&key, &request(a, Duration::from_secs(30), false))
                 .await
                 .unwrap(),
         );
         s.release(&key, a).await.unwrap();
     }
     let held = format!("{p}held");
-    s.try_acquire(&held, &request(a, Duration::from_secs(30), false))
+    s.acquire_once(&held, &request(a, Duration::from_secs(30), false))
         .await
         .unwrap();
     if !s.capabilities().conditional_delete {
@@ -543,7 +549,7 @@ pub async fn sweep_keeps_fencing_monotonic<S: Storage>(s: S) {
         "a live hold was swept"
     );
     let next = fencing_of(
-        &s.try_acquire(&key, &request(a, Duration::from_secs(30), false))
+        &s.acquire_once(&key, &request(a, Duration::from_secs(30), false))
             .await
             .unwrap(),
     );
@@ -589,7 +595,7 @@ pub async fn sweeps_racing_acquisitions_keep_tokens_increasing<S: Storage>(s: S)
                 let k = i % keys.len();
                 let owner = OwnerId::random();
                 let req = request(owner, Duration::from_secs(30), false);
-                match s.try_acquire(&keys[k], &req).await.unwrap() {
+                match s.acquire_once(&keys[k], &req).await.unwrap() {
                     AcquireOutcome::Acquired { fencing, .. } => {
                         // Appended while held: the log is in grant order.
                         logs[k].lock().unwrap().push(fencing);
@@ -645,7 +651,7 @@ pub async fn force_release_frees_a_held_key_and_keeps_fencing<S: Storage>(s: S) 
     let a = OwnerId::random();
     let lease = Duration::from_secs(600);
     let token = fencing_of(
-        &s.try_acquire(&key, &request(a, lease, false))
+        &s.acquire_once(&key, &request(a, lease, false))
             .await
             .unwrap(),
     );
@@ -662,7 +668,7 @@ pub async fn force_release_frees_a_held_key_and_keeps_fencing<S: Storage>(s: S) 
     );
     let b = OwnerId::random();
     let next = fencing_of(
-        &s.try_acquire(&key, &request(b, lease, false))
+        &s.acquire_once(&key, &request(b, lease, false))
             .await
             .unwrap(),
     );
@@ -692,7 +698,7 @@ pub async fn keys_differing_by_padding_case_or_normalization_are_distinct<S: Sto
     for name in names {
         let key = format!("{p}{name}");
         let got = s
-            .try_acquire(&key, &request(OwnerId::random(), lease, false))
+            .acquire_once(&key, &request(OwnerId::random(), lease, false))
             .await
             .unwrap();
         assert!(
@@ -736,7 +742,7 @@ pub async fn list_with_page_size_zero_makes_progress<S: Storage>(s: S) {
 pub async fn declared_change_notifications_are_delivered<S: Storage>(s: S) {
     let key = unique_prefix("notify") + "k";
     let a = OwnerId::random();
-    s.try_acquire(&key, &request(a, Duration::from_secs(60), false))
+    s.acquire_once(&key, &request(a, Duration::from_secs(60), false))
         .await
         .unwrap();
     let change = s.wait_for_change(&key).await.unwrap();

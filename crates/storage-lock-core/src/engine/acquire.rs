@@ -6,7 +6,7 @@
 //!   └─ loop
 //!        ├─ arm Storage::wait_for_change(key)             (only when a wait budget remains)
 //!        ├─ sent_at = Instant::now()
-//!        ├─ Storage::try_acquire(key, req), detached      (one round trip on overriding backends)
+//!        ├─ Storage::acquire_once(key, req), detached      (one round trip on overriding backends)
 //!        ├─ Acquired → build LockHandle (local deadline from sent_at) → Some(handle)
 //!        └─ Busy → out of budget? None : sleep until the earliest of
 //!                  wait deadline · holder's expiry · change notification · jittered backoff
@@ -334,7 +334,7 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 impl<S: Storage + ?Sized> StorageLock<S> {
-    /// [`Storage::try_acquire`], run by [`detached`]: if this future is dropped and the storage
+    /// [`Storage::acquire_once`], run by [`detached`]: if this future is dropped and the storage
     /// grants anyway, the grant is released right after it.
     async fn try_acquire_detached(
         &self,
@@ -344,7 +344,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let (storage, key, req) = (self.storage.clone(), key.clone(), req.clone());
         let (outcome, ..) = detached(
             async move {
-                let outcome = storage.as_ref().try_acquire(&key, &req).await;
+                let outcome = storage.as_ref().acquire_once(&key, &req).await;
                 (outcome, storage, key, req.owner)
             },
             |(outcome, storage, key, owner)| async move {

@@ -4,7 +4,7 @@
 //! A backend implements the primitives ([`Storage::get`], [`Storage::create`],
 //! [`Storage::update`], optionally [`Storage::delete`], [`Storage::now`], [`Storage::list`],
 //! [`Storage::capabilities`], [`Storage::name`]) and gets correct lock operations for free. A
-//! backend that can do better overrides [`Storage::try_acquire`], [`Storage::renew`] and
+//! backend that can do better overrides [`Storage::acquire_once`], [`Storage::renew`] and
 //! [`Storage::release`] to take one round trip each (one SQL statement on the database clock, one
 //! Redis script using `TIME`, …) and [`Storage::wait_for_change`] to deliver notifications. The
 //! suites in `storage-lock-testkit` run against both the defaults and the overrides.
@@ -79,8 +79,11 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     /// (see [`ops::is_reserved_key`]); use [`StorageExt::list_locks`] to skip those.
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError>;
 
-    /// Takes `key` for `req.owner` if it is free (see [`ops::decide_acquire`]).
-    async fn try_acquire(
+    /// One attempt to take `key` for `req.owner`: takes it if it is free, else reports who
+    /// holds it — never waits (waiting is the engine's job; see [`ops::decide_acquire`]).
+    /// Named apart from [`crate::DistributedLock::try_acquire`], which validates, normalizes
+    /// and waits, and returns a handle.
+    async fn acquire_once(
         &self,
         key: &str,
         req: &AcquireRequest,
@@ -180,8 +183,8 @@ macro_rules! forward_storage {
             async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
                 (**self).list(prefix, page).await
             }
-            async fn try_acquire(&self, key: &str, req: &AcquireRequest) -> Result<AcquireOutcome, StorageError> {
-                (**self).try_acquire(key, req).await
+            async fn acquire_once(&self, key: &str, req: &AcquireRequest) -> Result<AcquireOutcome, StorageError> {
+                (**self).acquire_once(key, req).await
             }
             async fn renew(&self, key: &str, owner: OwnerId, lease: Duration) -> Result<RenewOutcome, StorageError> {
                 (**self).renew(key, owner, lease).await

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::record::{HolderInfo, LockRecord, OwnerId, Timestamp};
 
-/// What [`crate::Storage::try_acquire`] is asked to do.
+/// What [`crate::Storage::acquire_once`] is asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcquireRequest {
     /// Who acquires.
@@ -23,7 +23,7 @@ pub struct AcquireRequest {
     pub reentrant: bool,
 }
 
-/// The result of [`crate::Storage::try_acquire`].
+/// The result of [`crate::Storage::acquire_once`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireOutcome {
     /// The owner holds the key now.
