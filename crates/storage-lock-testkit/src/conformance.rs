@@ -737,8 +737,9 @@ pub async fn list_with_page_size_zero_makes_progress<S: Storage>(s: S) {
 }
 
 /// [`storage_lock_core::Capabilities::change_notifications`] is a promise: a storage that
-/// declares it wakes a waiter armed with `wait_for_change` when the holder releases (well before
-/// the hold's expiry); one that does not returns an unsupported wait (waiters back off).
+/// declares it wakes a waiter — armed with `wait_for_change`, then refused as busy — when the
+/// holder releases (well before the hold's expiry); one that does not returns an unsupported
+/// wait (waiters back off).
 pub async fn declared_change_notifications_are_delivered<S: Storage>(s: S) {
     let key = unique_prefix("notify") + "k";
     let a = OwnerId::random();
@@ -756,6 +757,16 @@ pub async fn declared_change_notifications_are_delivered<S: Storage>(s: S) {
     );
     // Let a listener connection come up before the change it must report.
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // As the engine does: arm, then try. A busy attempt is what tells some backends (e.g.
+    // PostgreSQL) that a release must notify.
+    let busy = s
+        .acquire_once(
+            &key,
+            &request(OwnerId::random(), Duration::from_secs(60), false),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(busy, AcquireOutcome::Busy { .. }), "{busy:?}");
     s.release(&key, a).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), change.changed())
         .await
