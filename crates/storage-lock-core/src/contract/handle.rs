@@ -85,6 +85,20 @@ impl LockHandle {
     /// turns lost unless a renewal is confirmed first. `None` once the handle is released or
     /// lost. A supervisor that must stop work before anyone else can hold the lock (the CLI's
     /// `run`) schedules that stop from this, not from [`Self::expires_at`] (another clock).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{AcquireOptions, MemoryStorage, StorageLock, Wait};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("job", Duration::ZERO).await?.expect("free");
+    /// let left = lock.time_left().expect("held");
+    /// assert!(left < Duration::from_secs(30)); // the default lease, less the safety margin
+    /// lock.release().await?;
+    /// assert_eq!(lock.time_left(), None);
+    /// # Ok(()) }
+    /// ```
     pub fn time_left(&self) -> Option<Duration> {
         self.runtime.time_left()
     }
@@ -98,6 +112,25 @@ impl LockHandle {
     /// Completes when the hold is lost: the local deadline passed without a confirmed renewal,
     /// or a renewal could not confirm the hold. Never completes for a released handle.
     /// Needs no background task; works on any tokio runtime.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future changes nothing; a new call watches again.
+    ///
+    /// # Examples
+    /// Stop the work when the hold is lost:
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{AcquireOptions, MemoryStorage, StorageLock, Wait};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("job", Duration::ZERO).await?.expect("free");
+    /// tokio::select! {
+    ///     () = lock.lost() => { /* stop writing: someone else may hold it now */ }
+    ///     () = tokio::time::sleep(Duration::from_millis(10)) => { /* the work, done */ }
+    /// }
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         self.runtime.lost()
     }
@@ -105,6 +138,18 @@ impl LockHandle {
     /// A token cancelled when the hold is lost, for APIs that take a `CancellationToken`.
     /// The first call starts a deadline timer on the current tokio runtime (the auto-renew
     /// watchdog, if enabled, already is one).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{AcquireOptions, MemoryStorage, StorageLock, Wait};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("job", Duration::ZERO).await?.expect("free");
+    /// let token = lock.lost_token();
+    /// assert!(!token.is_cancelled());
+    /// # Ok(()) }
+    /// ```
     pub fn lost_token(&self) -> CancellationToken {
         self.runtime.lost_token()
     }
@@ -114,13 +159,49 @@ impl LockHandle {
     /// Fail-closed: if the local deadline has passed (no storage call then), the storage does not
     /// confirm the hold, or the storage cannot be reached, the handle turns lost and this returns
     /// [`RenewalResult::Lost`]. On a released handle it returns `Lost` without I/O and without
-    /// changing state. Errors only for an invalid `lease` (zero, or too long to represent).
+    /// changing state.
+    ///
+    /// # Errors
+    /// Only for an invalid `lease`: zero ([`LockError::InvalidOptions`]) or ending after the year
+    /// 9999 ([`LockError::LeaseOutOfRange`]); nothing changes then.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{AcquireOptions, MemoryStorage, StorageLock, Wait};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// use storage_lock_core::RenewalResult;
+    /// let lock = locks.try_acquire_for("job", Duration::ZERO).await?.expect("free");
+    /// match lock.try_renew(Some(Duration::from_secs(60))).await? {
+    ///     RenewalResult::Renewed { expires_at } => assert_eq!(expires_at, lock.expires_at()),
+    ///     RenewalResult::Lost => unreachable!("just acquired"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn try_renew(&self, lease: Option<Duration>) -> Result<RenewalResult, LockError> {
         self.runtime.try_renew(lease).await
     }
 
     /// Releases the hold. Idempotent: only the first call (or drop) does storage I/O. Releasing
     /// a lost handle still tries to remove its record (harmless if someone else holds the key).
+    ///
+    /// # Errors
+    /// [`LockError::Storage`] if the storage failed: the lock then frees itself when its lease
+    /// ends (the handle counts as released either way).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{AcquireOptions, MemoryStorage, StorageLock, Wait};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("job", Duration::ZERO).await?.expect("free");
+    /// lock.release().await?;
+    /// lock.release().await?; // no second storage call
+    /// assert!(locks.try_acquire_for("job", Duration::ZERO).await?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub async fn release(&self) -> Result<(), LockError> {
         self.runtime.release().await
     }
