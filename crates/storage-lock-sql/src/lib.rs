@@ -12,7 +12,10 @@
 //! pid and note. Release writes a tombstone (`count = 0`); the per-storage fencing floor lives
 //! in a reserved row. Each lock operation is one statement that applies the rules of
 //! [`storage_lock_core::storage::ops`]; the primitives implement [`storage_lock_core::Storage`]'s
-//! compare-and-set contract on a random 64-bit row version.
+//! compare-and-set contract on a `BIGINT` row version that never repeats for a key: the
+//! primitives write a fresh random 63-bit number (see `primitives`), PostgreSQL's lock
+//! statements take the next value of a per-table sequence, SQLite's `random()` (64 bits) and
+//! MySQL's a client-chosen random 63-bit number. Versions are opaque: only equality matters.
 
 #[cfg(feature = "mysql")]
 pub mod mysql;

@@ -15,8 +15,9 @@
 //!   or URL default: a grant acknowledged before its WAL flush and lost in a crash could be
 //!   handed out again, with its fencing token), and `open` refuses a server running with
 //!   `fsync = off` unless [`PostgresStorageBuilder::allow_volatile`] (`?durability=volatile`).
-//! * Versions come from a sequence (`<table>_version`), so a CAS never confuses a recreated row
-//!   with an old one.
+//! * Row versions never repeat for a key, so a CAS never confuses a recreated row with an old
+//!   one: the lock statements take the next value of a sequence (`<table>_version`), the CAS
+//!   primitives a random 63-bit number.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -54,7 +54,8 @@ pub(crate) fn new_version() -> i64 {
     version_param(&Version::random())
 }
 
-/// The version as a bind parameter (versions are 63-bit numbers in every SQL backend).
+/// The version as a bind parameter: its 64 bits as a signed `BIGINT` (the primitives choose
+/// 63-bit ones; SQLite's `random()` may fill all 64).
 pub(crate) fn version_param(v: &Version) -> i64 {
     v.as_u64().map_or(-1, u64::cast_signed)
 }

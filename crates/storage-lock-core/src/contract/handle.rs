@@ -55,28 +55,86 @@ impl LockHandle {
     }
 
     /// The lock name given at acquisition (not the storage key).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{MemoryStorage, StorageLock};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("orders/42", Duration::ZERO).await?.expect("free");
+    /// assert_eq!(lock.name(), "orders/42");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         self.runtime.name()
     }
 
     /// The storage key the name was normalized to.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{MemoryStorage, StorageLock};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("orders/42", Duration::ZERO).await?.expect("free");
+    /// assert_eq!(lock.key(), "orders/42"); // the default normalizer keeps the name
+    /// # Ok(()) }
+    /// ```
     pub fn key(&self) -> &str {
         self.runtime.key()
     }
 
     /// This hold's fencing token: strictly greater than every earlier hold's of the same key,
     /// unchanged by renewals.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{MemoryStorage, StorageLock};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("orders/42", Duration::ZERO).await?.expect("free");
+    /// let token = lock.fencing_token();
+    /// lock.release().await?;
+    /// let next = locks.try_acquire_for("orders/42", Duration::ZERO).await?.expect("free");
+    /// assert!(next.fencing_token() > token);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.runtime.fencing()
     }
 
     /// The lease each renewal extends the hold by when no other is given.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{MemoryStorage, StorageLock};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("orders/42", Duration::ZERO).await?.expect("free");
+    /// assert_eq!(lock.lease(), Duration::from_secs(30)); // the default
+    /// # Ok(()) }
+    /// ```
     pub fn lease(&self) -> Duration {
         self.runtime.lease()
     }
 
     /// The authoritative expiry (storage clock) as of the last confirmed acquire/renew.
     /// Meaningless once the handle is lost or released.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{MemoryStorage, StorageLock};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("orders/42", Duration::ZERO).await?.expect("free");
+    /// assert!(lock.expires_at() > std::time::SystemTime::now());
+    /// # Ok(()) }
+    /// ```
     pub fn expires_at(&self) -> SystemTime {
         self.runtime.expires_at()
     }
@@ -105,6 +163,19 @@ impl LockHandle {
 
     /// Whether the hold is lost (terminal). A normally released handle is *not* lost, so use
     /// [`Self::lost`] (or [`Self::lost_token`]) — not this — to decide whether to keep writing.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{MemoryStorage, StorageLock};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("orders/42", Duration::ZERO).await?.expect("free");
+    /// assert!(!lock.is_lost());
+    /// lock.release().await?;
+    /// assert!(!lock.is_lost()); // released is not lost
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.runtime.is_lost()
     }

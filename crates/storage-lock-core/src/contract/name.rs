@@ -10,7 +10,19 @@ use super::LockError;
 pub const MAX_NAME_LEN: usize = 255;
 
 /// Checks a lock name: not empty, not all whitespace, at most [`MAX_NAME_LEN`] bytes, and no
-/// control characters (they are reserved for internal keys).
+/// control characters (they are reserved for internal keys). The engine runs it before any
+/// storage call.
+///
+/// # Errors
+/// [`LockError::InvalidName`] saying which rule the name breaks.
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::contract::validate_name;
+/// assert!(validate_name("orders/42").is_ok());
+/// assert!(validate_name("   ").is_err());
+/// assert!(validate_name("line\nbreak").is_err());
+/// ```
 pub fn validate_name(name: &str) -> Result<(), LockError> {
     if name.trim().is_empty() {
         return Err(LockError::invalid_name(
@@ -43,6 +55,16 @@ fn has_control(s: &str) -> bool {
 
 /// Checks a key produced by a [`KeyNormalizer`]: not empty, at most `2 * MAX_NAME_LEN` bytes, no
 /// control characters.
+///
+/// # Errors
+/// [`LockError::InvalidName`] when the normalizer broke its contract.
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::contract::validate_key;
+/// assert!(validate_key("tenant-a/orders/42").is_ok());
+/// assert!(validate_key("").is_err());
+/// ```
 pub fn validate_key(key: &str) -> Result<(), LockError> {
     if key.is_empty() || key.len() > 2 * MAX_NAME_LEN || has_control(key) {
         return Err(LockError::invalid_name(
@@ -63,6 +85,13 @@ pub fn validate_key(key: &str) -> Result<(), LockError> {
 pub trait KeyNormalizer: fmt::Debug + Send + Sync + 'static {
     /// The key for `name` (already validated by [`validate_name`]); borrow `name` itself when
     /// the key is the name.
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::{KeyNormalizer, PrefixNormalizer};
+    /// let n = PrefixNormalizer::new("tenant-a/");
+    /// assert_eq!(n.normalize("orders/42"), "tenant-a/orders/42");
+    /// ```
     fn normalize<'a>(&self, name: &'a str) -> Cow<'a, str>;
 }
 
@@ -73,7 +102,18 @@ pub struct PrefixNormalizer {
 }
 
 impl PrefixNormalizer {
-    /// A normalizer that prepends `prefix`.
+    /// A normalizer that prepends `prefix` (keys of several applications sharing one storage
+    /// stay apart).
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::{MemoryStorage, PrefixNormalizer, StorageLock};
+    /// let locks = StorageLock::builder(MemoryStorage::new())
+    ///     .normalizer(PrefixNormalizer::new("billing/"))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(locks.key_for("nightly").unwrap(), "billing/nightly");
+    /// ```
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),

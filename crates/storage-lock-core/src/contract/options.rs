@@ -66,37 +66,94 @@ impl Default for AcquireOptions {
 }
 
 impl AcquireOptions {
-    /// Sets [`Self::wait`].
+    /// Sets [`Self::wait`] (default [`Wait::Never`]: one attempt).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use storage_lock_core::{AcquireOptions, Wait};
+    /// let opts = AcquireOptions::default().wait(Wait::For(Duration::from_secs(5)));
+    /// assert_eq!(opts.wait, Wait::For(Duration::from_secs(5)));
+    /// ```
     pub fn wait(mut self, wait: Wait) -> Self {
         self.wait = wait;
         self
     }
 
-    /// Sets [`Self::lease`].
+    /// Sets [`Self::lease`] (default 30 s; no upper bound but the year 9999).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use storage_lock_core::AcquireOptions;
+    /// let opts = AcquireOptions::default().lease(Duration::from_secs(600));
+    /// assert_eq!(opts.lease, Duration::from_secs(600));
+    /// ```
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
 
-    /// Sets [`Self::auto_renew`].
+    /// Sets [`Self::auto_renew`]: a watchdog renews the hold every `every` (must be shorter
+    /// than the lease; a third of it leaves two retries before the local deadline).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use storage_lock_core::AcquireOptions;
+    /// let opts = AcquireOptions::default()
+    ///     .lease(Duration::from_secs(30))
+    ///     .auto_renew(Duration::from_secs(10));
+    /// assert!(opts.validate().is_ok());
+    /// ```
     pub fn auto_renew(mut self, every: Duration) -> Self {
         self.auto_renew = Some(every);
         self
     }
 
-    /// Sets [`Self::cancel`].
+    /// Sets [`Self::cancel`]: cancelling the token stops the wait with
+    /// [`LockError::Cancelled`].
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::AcquireOptions;
+    /// use tokio_util::sync::CancellationToken;
+    /// let shutdown = CancellationToken::new();
+    /// let opts = AcquireOptions::default().cancel(shutdown.child_token());
+    /// assert!(opts.cancel.is_some());
+    /// ```
     pub fn cancel(mut self, token: CancellationToken) -> Self {
         self.cancel = Some(token);
         self
     }
 
-    /// Sets [`Self::note`].
+    /// Sets [`Self::note`]: text stored with the hold for people and tools (`list` shows it to
+    /// everyone who can read the storage: no secrets).
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::AcquireOptions;
+    /// let opts = AcquireOptions::default().note("nightly report");
+    /// assert_eq!(opts.note.as_deref(), Some("nightly report"));
+    /// ```
     pub fn note(mut self, note: impl Into<String>) -> Self {
         self.note = Some(note.into());
         self
     }
 
-    /// Checks the options: `lease > 0` and, if set, `0 < auto_renew < lease`.
+    /// Checks the options: `lease > 0` and, if set, `0 < auto_renew < lease`. The engine runs
+    /// it before any storage call.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOptions`] naming the option and what is wrong with it.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use storage_lock_core::AcquireOptions;
+    /// let bad = AcquireOptions::default().auto_renew(Duration::from_secs(60)); // ≥ the 30 s lease
+    /// assert!(bad.validate().is_err());
+    /// ```
     pub fn validate(&self) -> Result<(), LockError> {
         if self.lease.is_zero() {
             return Err(LockError::invalid_option(
