@@ -2,6 +2,8 @@
 //! lock operations. Each case takes a fresh storage and panics on a violation.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use storage_lock_core::StorageExt;
@@ -583,14 +585,29 @@ pub async fn sweeps_racing_acquisitions_keep_tokens_increasing<S: Storage>(s: S)
     let logs: Arc<Vec<std::sync::Mutex<Vec<u64>>>> =
         Arc::new(keys.iter().map(|_| Default::default()).collect());
     let target = sweep_race_grants();
-    let granted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let done = || granted.load(std::sync::atomic::Ordering::Relaxed) >= target;
+    let granted = Arc::new(AtomicUsize::new(0));
+    // Sweeps completed so far: acquirers go on until some have raced them (on a fast storage
+    // the grants could otherwise all land before a sweeper is first scheduled).
+    let swept = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut sweepers = Vec::new();
+    for _ in 0..2 {
+        let (s, p, swept, stop) = (s.clone(), p.clone(), swept.clone(), stop.clone());
+        sweepers.push(tokio::spawn(async move {
+            while !stop.load(Relaxed) {
+                s.sweep(&p, Duration::ZERO).await.unwrap();
+                swept.fetch_add(1, Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
     let mut tasks = Vec::new();
     for worker in 0..6 {
-        let (s, keys, logs, granted) = (s.clone(), keys.clone(), logs.clone(), granted.clone());
+        let (s, keys, logs) = (s.clone(), keys.clone(), logs.clone());
+        let (granted, swept) = (granted.clone(), swept.clone());
         tasks.push(tokio::spawn(async move {
             let mut i = worker;
-            while granted.load(std::sync::atomic::Ordering::Relaxed) < target {
+            while granted.load(Relaxed) < target || swept.load(Relaxed) < 2 {
                 i += 1;
                 let k = i % keys.len();
                 let owner = OwnerId::random();
@@ -599,7 +616,7 @@ pub async fn sweeps_racing_acquisitions_keep_tokens_increasing<S: Storage>(s: S)
                     AcquireOutcome::Acquired { fencing, .. } => {
                         // Appended while held: the log is in grant order.
                         logs[k].lock().unwrap().push(fencing);
-                        granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        granted.fetch_add(1, Relaxed);
                         s.release(&keys[k], owner).await.unwrap();
                     }
                     AcquireOutcome::Busy { .. } => tokio::task::yield_now().await,
@@ -607,27 +624,16 @@ pub async fn sweeps_racing_acquisitions_keep_tokens_increasing<S: Storage>(s: S)
             }
         }));
     }
-    let mut sweepers = Vec::new();
-    for _ in 0..2 {
-        let (s, p, granted) = (s.clone(), p.clone(), granted.clone());
-        sweepers.push(tokio::spawn(async move {
-            let mut sweeps = 0u64;
-            while granted.load(std::sync::atomic::Ordering::Relaxed) < target {
-                s.sweep(&p, Duration::ZERO).await.unwrap();
-                sweeps += 1;
-            }
-            sweeps
-        }));
-    }
     for t in tasks {
         t.await.unwrap();
     }
-    let mut sweeps = 0;
+    stop.store(true, Relaxed);
     for t in sweepers {
-        sweeps += t.await.unwrap();
+        t.await.unwrap();
     }
-    assert!(done());
-    assert!(sweeps > 0, "no sweep ran");
+    let sweeps = swept.load(Relaxed);
+    assert!(granted.load(Relaxed) >= target);
+    assert!(sweeps >= 2, "no sweep raced the acquisitions");
     for (key, log) in keys.iter().zip(logs.iter()) {
         let log = log.lock().unwrap();
         for pair in log.windows(2) {

@@ -291,11 +291,7 @@ const RETRY_CAP: Duration = Duration::from_secs(2);
 
 /// Jittered exponential backoff after `failures` consecutive storage errors.
 fn retry_backoff(failures: u32) -> Duration {
-    let step = RETRY_START
-        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
-        .min(RETRY_CAP);
-    let half = step / 2;
-    half + half.mul_f64(rand::random::<f64>())
+    jittered(RETRY_START, RETRY_CAP, failures.saturating_sub(1))
 }
 
 impl<S: Storage + ?Sized> StorageLock<S> {
@@ -324,11 +320,15 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     }
 }
 
-/// Full-jitter exponential backoff: uniform in [step/2, step], step = 1 ms · 2^attempt ≤ 100 ms.
+/// Backoff between attempts on a busy storage without notifications: 1 ms · 2^attempt ≤ 100 ms.
 fn backoff(attempt: u32) -> Duration {
-    let step = BACKOFF_START
-        .saturating_mul(1u32 << attempt.min(16))
-        .min(BACKOFF_CAP);
+    jittered(BACKOFF_START, BACKOFF_CAP, attempt)
+}
+
+/// Exponential backoff with jitter: uniform in [step/2, step], step = `start` · 2^`doublings`
+/// ≤ `cap`.
+fn jittered(start: Duration, cap: Duration, doublings: u32) -> Duration {
+    let step = start.saturating_mul(1u32 << doublings.min(16)).min(cap);
     let half = step / 2;
     half + half.mul_f64(rand::random::<f64>())
 }
