@@ -108,11 +108,24 @@ pub fn boot_time() -> Option<Duration> {
 
 /// A point on [`boot_time`]'s clock (on other platforms: a monotonic clock anchored at first
 /// use, which may stop while the machine is suspended).
+///
+/// Handles count their local deadline on this clock, so time the machine spends suspended
+/// counts against the hold. A provider outside this crate takes one with
+/// [`BootInstant::now`] *before* it sends an acquire request and passes it in its
+/// [`crate::contract::HoldGrant`].
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::clock::BootInstant;
+/// let sent_at = BootInstant::now();
+/// assert!(BootInstant::now() >= sent_at);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct BootInstant(Duration);
+pub struct BootInstant(Duration);
 
 impl BootInstant {
-    pub(crate) fn now() -> Self {
+    /// The current instant.
+    pub fn now() -> Self {
         let since_boot = boot_time().unwrap_or_else(|| {
             static ANCHOR: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
             ANCHOR.get_or_init(std::time::Instant::now).elapsed()

@@ -8,6 +8,7 @@
 //! | run the lock algorithm over a storage | [`StorageLock`] — it implements [`DistributedLock`] |
 //! | coordinate tasks of one process, nothing to install | [`MemoryStorage`] with [`StorageLock`] |
 //! | hold a lock counted by an explicit owner id (reentrant) | [`StorageLock::lock_reentrant`] |
+//! | serve locks to remote clients that name their owner (idempotent retries) | [`StorageLock::acquire_as`] |
 //! | add a backend | implement the required methods of [`Storage`], then stamp the suites of `storage-lock-testkit` |
 //! | make a protected resource reject stale holders | [`FencedResource`] and the fencing token of a [`LockHandle`] |
 //!
@@ -48,7 +49,9 @@ pub use contract::{
     AcquireOptions, DistributedLock, KeyNormalizer, LockError, LockHandle, MAX_NAME_LEN,
     PrefixNormalizer, ProviderInfo, RenewalResult, Wait,
 };
-pub use engine::{LockEvent, LockEventKind, ReentrantHold, StorageLock, StorageLockBuilder};
+pub use engine::{
+    HoldGone, LockEvent, LockEventKind, OwnedHold, ReentrantHold, StorageLock, StorageLockBuilder,
+};
 pub use fenced::{FencedResource, StaleToken};
 pub use memory::MemoryStorage;
 pub use storage::{

@@ -664,6 +664,12 @@ pub async fn force_release_frees_a_held_key_and_keeps_fencing<S: Storage>(s: S) 
     let ended = s.force_release(&key).await.unwrap().expect("it was held");
     assert_eq!((ended.owner, ended.fencing), (a, token));
     assert_eq!(ended.holder.as_ref().map(|h| h.pid), Some(42));
+    let tombstone = s.get(&key).await.unwrap().expect("a tombstone").record;
+    assert_eq!(
+        (tombstone.owner, tombstone.count, tombstone.fencing),
+        (OwnerId::NOBODY, 0, token),
+        "the tombstone tells the evicted owner it was force-released"
+    );
     assert_eq!(
         s.renew(&key, a, lease).await.unwrap(),
         RenewOutcome::NotHeld

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use super::LockError;
-use crate::engine::runtime::HoldRuntime;
+use crate::engine::runtime::{HoldGrant, HoldIo, HoldRuntime};
 
 /// The result of [`LockHandle::try_renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,19 @@ impl LockHandle {
     /// The face of a started hold runtime.
     pub(crate) fn from_runtime(runtime: Arc<HoldRuntime>) -> Self {
         Self { runtime }
+    }
+
+    /// Starts the handle of a hold a provider was just granted: the local deadline (counted
+    /// from [`HoldGrant`]'s `sent_at`), the deadline timer, the watchdog if asked for, the lost
+    /// signal and release on drop all work as for the engine's own handles; `io` does the
+    /// renewals and the release. For providers that are not a [`crate::Storage`].
+    ///
+    /// Must be called inside a tokio runtime (the timers are tokio tasks).
+    ///
+    /// # Examples
+    /// See [`HoldIo`].
+    pub fn start(grant: HoldGrant, io: impl HoldIo) -> Self {
+        Self::from_runtime(HoldRuntime::start(grant, io))
     }
 
     /// The lock name given at acquisition (not the storage key).

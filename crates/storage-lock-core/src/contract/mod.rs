@@ -6,6 +6,9 @@
 //!   renewal, idempotent release (and release on drop).
 //! * [`KeyNormalizer`] — the pure mapping from lock names to storage keys.
 //! * [`ProviderInfo`] — how strong the wiring is (process-local or not).
+//! * [`HoldIo`] / [`HoldGrant`] — for providers that are not a [`crate::Storage`] (a remote
+//!   client): supply a hold's renew/release I/O and get a [`LockHandle`] with every guarantee
+//!   above from [`LockHandle::start`].
 //! * [`LockError`] — the one error type.
 //!
 //! Semantics in brief (each is a named test in `storage-lock-testkit`):
@@ -29,6 +32,7 @@ mod name;
 mod options;
 mod provider;
 
+pub use crate::engine::runtime::{HoldGrant, HoldIo};
 pub use error::LockError;
 pub use handle::{LockHandle, RenewalResult, safety_margin};
 pub use lock::DistributedLock;

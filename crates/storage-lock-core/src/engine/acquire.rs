@@ -32,7 +32,7 @@ use crate::clock::BootInstant;
 use super::StorageLock;
 use super::events::LockEventKind;
 use super::hold::EngineHold;
-use super::runtime::{Grant, HoldRuntime};
+use super::runtime::{HoldGrant, HoldRuntime};
 use super::telemetry::{self, Finish};
 use crate::contract::{AcquireOptions, LockError, LockHandle, Wait};
 use crate::storage::{
@@ -53,6 +53,8 @@ pub(crate) struct Granted {
     pub fencing: u64,
     pub count: u32,
     pub expires_at: Timestamp,
+    /// Time left when the storage decided.
+    pub expires_in: Duration,
     pub sent_at: BootInstant,
 }
 
@@ -70,7 +72,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             .then(|| tracing::debug_span!("storage_lock.acquire", key = %key));
         let acquire = async {
             let req = self.request(OwnerId::random(), options, false);
-            let Some(granted) = self.acquire_loop(&key, &req, options).await? else {
+            let Some(granted) = self.acquire_loop(&key, &req, options, false).await? else {
                 return Ok(None);
             };
             let backend = EngineHold::new(
@@ -88,7 +90,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     lease: options.lease,
                 })
                 .map(|expires_at| {
-                    let grant = Grant {
+                    let grant = HoldGrant {
                         // The default normalizer maps a name to itself: share the allocation.
                         name: if *key == *name {
                             key.clone()
@@ -157,11 +159,16 @@ impl<S: Storage + ?Sized> StorageLock<S> {
 
     /// Tries until acquired, out of budget, or cancelled. A grant that arrives after the caller
     /// dropped this future is released (one level, for reentrant requests; see the module docs).
+    ///
+    /// `resume`: the owner may already hold the key from an earlier request whose answer was
+    /// lost (a client's retry): a busy answer is then checked against the record and the
+    /// owner's hold adopted.
     pub(crate) async fn acquire_loop(
         &self,
         key: &Arc<str>,
         req: &AcquireRequest,
         options: &AcquireOptions,
+        resume: bool,
     ) -> Result<Option<Granted>, LockError> {
         let started = Instant::now();
         let boot_started = BootInstant::now();
@@ -176,7 +183,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let mut failures: u32 = 0;
         // When a failed attempt may have been granted without our hearing of it: the instant
         // before it was sent.
-        let mut uncertain_since: Option<BootInstant> = None;
+        let mut uncertain_since: Option<BootInstant> = resume.then_some(boot_started);
         loop {
             if cancelled() {
                 self.shared.events.emit(LockEventKind::Cancelled, key, None);
@@ -246,6 +253,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         fencing,
                         count,
                         expires_at,
+                        expires_in: req.lease,
                         sent_at,
                     }));
                 }
@@ -315,6 +323,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             fencing: rec.fencing,
             count: rec.count,
             expires_at: rec.expires_at,
+            expires_in: rec.expires_at.saturating_since(now),
             sent_at,
         })
     }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::events::LockEventKind;
-use super::runtime::HoldBackend;
+use super::runtime::HoldIo;
 use super::{EngineShared, telemetry};
 use crate::contract::LockError;
 use crate::storage::{OwnerId, RenewOutcome, Storage};
@@ -52,7 +52,7 @@ impl<S: Storage + ?Sized> EngineHold<S> {
 }
 
 #[async_trait]
-impl<S: Storage + ?Sized> HoldBackend for EngineHold<S> {
+impl<S: Storage + ?Sized> HoldIo for EngineHold<S> {
     async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
         let outcome = self
             .storage

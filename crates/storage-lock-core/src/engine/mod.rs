@@ -6,11 +6,13 @@
 //!   retries of storage errors while the wait lasts.
 //! * `hold` — the storage side of a [`crate::LockHandle`]: renew and release through the storage.
 //! * `reentrant` — the explicit-owner reentrant API ([`StorageLock::lock_reentrant`]).
+//! * `owned` — holds by explicit owner without a handle, for servers ([`StorageLock::acquire_as`]).
 //! * `events` and `telemetry` — [`LockEvent`]s, `metrics` and `tracing`.
 
 mod acquire;
 mod events;
 mod hold;
+mod owned;
 mod reentrant;
 pub(crate) mod runtime;
 mod telemetry;
@@ -29,6 +31,7 @@ use crate::contract::{
 use crate::storage::{HolderInfo, Storage, StorageExt, TimeSource};
 
 pub use events::{LockEvent, LockEventKind};
+pub use owned::{HoldGone, OwnedHold};
 pub use reentrant::ReentrantHold;
 
 /// A [`DistributedLock`] over a [`Storage`]; one instance serves any number of keys.

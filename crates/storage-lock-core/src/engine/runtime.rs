@@ -1,7 +1,7 @@
 //! The runtime half of a [`crate::LockHandle`]: the hold's state machine (held → released | lost),
 //! its local deadline on the boot clock, the `lost()` signal, the deadline timer, the auto-renew
 //! watchdog and release on drop. The contract's [`crate::LockHandle`] is a thin, documented face over
-//! one [`HoldRuntime`]; a provider supplies only the I/O ([`HoldBackend`]).
+//! one [`HoldRuntime`]; a provider supplies only the I/O ([`HoldIo`]).
 
 use std::fmt;
 use std::future::Future;
@@ -20,13 +20,49 @@ use crate::contract::{LockError, RenewalResult, safety_margin};
 /// The provider side of a [`crate::LockHandle`]: how to renew and release one hold.
 ///
 /// The handle owns the state machine (held → released | lost), the local deadline, the `lost()`
-/// signal, the watchdog and release-on-drop; a provider only does the I/O.
+/// signal, the watchdog and release-on-drop; a provider only does the I/O. Providers outside
+/// this crate (a remote client, say) implement it and start handles with
+/// [`crate::LockHandle::start`].
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::{Duration, SystemTime};
+/// use storage_lock_core::clock::BootInstant;
+/// use storage_lock_core::contract::{HoldGrant, HoldIo};
+/// use storage_lock_core::{LockError, LockHandle};
+///
+/// struct Remote; // renews and releases over some protocol
+/// #[async_trait::async_trait]
+/// impl HoldIo for Remote {
+///     async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
+///         Ok(Some(SystemTime::now() + lease)) // what the remote side confirmed
+///     }
+///     async fn release(&self) -> Result<(), LockError> {
+///         Ok(())
+///     }
+/// }
+///
+/// let sent_at = BootInstant::now(); // before the acquire request leaves
+/// let lease = Duration::from_secs(10);
+/// let grant = HoldGrant::new("jobs/7", 42, lease, SystemTime::now() + lease, sent_at);
+/// let handle = LockHandle::start(grant, Remote);
+/// assert_eq!(handle.fencing_token(), 42);
+/// handle.release().await.unwrap();
+/// # }
+/// ```
 #[async_trait]
-pub(crate) trait HoldBackend: Send + Sync + 'static {
+pub trait HoldIo: Send + Sync + 'static {
     /// Extends the hold by `lease`. `Ok(Some(expiry))` if the storage confirmed the hold,
     /// `Ok(None)` if it is not held; errors mean "unknown" (the handle treats them fail-closed).
+    ///
+    /// # Errors
+    /// Any error means the outcome is unknown.
     async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError>;
-    /// Releases the hold (no-op if not held).
+    /// Releases the hold (no-op if not held). Called at most once per handle.
+    ///
+    /// # Errors
+    /// The release could not be confirmed (the lease still ends the hold).
     async fn release(&self) -> Result<(), LockError>;
     /// Called once when the handle turns lost.
     fn on_lost(&self) {}
@@ -34,7 +70,7 @@ pub(crate) trait HoldBackend: Send + Sync + 'static {
 
 /// Everything a handle and its background tasks share, in one allocation together with the
 /// provider's backend (the unsized last field).
-pub(crate) struct HoldRuntime<B: ?Sized = dyn HoldBackend> {
+pub(crate) struct HoldRuntime<B: ?Sized = dyn HoldIo> {
     name: Arc<str>,
     key: Arc<str>,
     fencing: u64,
@@ -66,17 +102,79 @@ enum State {
     },
 }
 
-/// What a provider knows right after the storage granted a hold.
+/// What a provider knows right after the storage granted a hold: the input of
+/// [`crate::LockHandle::start`].
 #[derive(Debug, Clone)]
-pub(crate) struct Grant {
-    pub name: Arc<str>,
-    pub key: Arc<str>,
-    pub fencing: u64,
-    pub lease: Duration,
-    pub expires_at: SystemTime,
+pub struct HoldGrant {
+    pub(crate) name: Arc<str>,
+    pub(crate) key: Arc<str>,
+    pub(crate) fencing: u64,
+    pub(crate) lease: Duration,
+    pub(crate) expires_at: SystemTime,
     /// Taken before the acquire request was sent.
-    pub sent_at: BootInstant,
-    pub auto_renew: Option<Duration>,
+    pub(crate) sent_at: BootInstant,
+    pub(crate) auto_renew: Option<Duration>,
+}
+
+impl HoldGrant {
+    /// A grant of `name` with fencing token `fencing` for `lease`, which the authority says ends
+    /// at `expires_at`; `sent_at` was taken *before* the acquire request was sent, and the
+    /// handle's local deadline is `sent_at + lease − safety margin`. The key is the name and
+    /// there is no auto-renew unless set.
+    ///
+    /// # Examples
+    /// See [`HoldIo`].
+    pub fn new(
+        name: &str,
+        fencing: u64,
+        lease: Duration,
+        expires_at: SystemTime,
+        sent_at: BootInstant,
+    ) -> Self {
+        let name: Arc<str> = name.into();
+        Self {
+            key: name.clone(),
+            name,
+            fencing,
+            lease,
+            expires_at,
+            sent_at,
+            auto_renew: None,
+        }
+    }
+
+    /// The key the provider stored the lock under, when it differs from the name.
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::{Duration, SystemTime};
+    /// # use storage_lock_core::{clock::BootInstant, contract::HoldGrant};
+    /// let grant = HoldGrant::new("a/b", 1, Duration::from_secs(1), SystemTime::now(), BootInstant::now())
+    ///     .key("locks/a/b");
+    /// # let _ = grant;
+    /// ```
+    #[must_use]
+    pub fn key(mut self, key: &str) -> Self {
+        self.key = key.into();
+        self
+    }
+
+    /// Renews every `period` in the background (the watchdog), as
+    /// [`crate::AcquireOptions::auto_renew`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use std::time::{Duration, SystemTime};
+    /// # use storage_lock_core::{clock::BootInstant, contract::HoldGrant};
+    /// let grant = HoldGrant::new("a", 1, Duration::from_secs(9), SystemTime::now(), BootInstant::now())
+    ///     .auto_renew(Some(Duration::from_secs(3)));
+    /// # let _ = grant;
+    /// ```
+    #[must_use]
+    pub fn auto_renew(mut self, period: Option<Duration>) -> Self {
+        self.auto_renew = period;
+        self
+    }
 }
 
 /// Whether a hold of `lease` from now ends by [`crate::Timestamp::MAX`] (judged on this host's
@@ -256,7 +354,7 @@ async fn watchdog(shared: Arc<HoldRuntime>, every: Duration) {
 
 impl HoldRuntime {
     /// Starts the runtime of a granted hold (and its watchdog, with auto-renew).
-    pub(crate) fn start(grant: Grant, backend: impl HoldBackend) -> Arc<HoldRuntime> {
+    pub(crate) fn start(grant: HoldGrant, backend: impl HoldIo) -> Arc<HoldRuntime> {
         let deadline = local_deadline(grant.sent_at, grant.lease);
         let shared: Arc<HoldRuntime> = Arc::new(HoldRuntime {
             name: grant.name,

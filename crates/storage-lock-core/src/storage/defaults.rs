@@ -158,6 +158,7 @@ pub(super) async fn force_release<S: Storage + ?Sized>(
             return Ok(None);
         }
         let tombstone = LockRecord {
+            owner: OwnerId::NOBODY,
             count: 0,
             expires_at: current.record.expires_at.min(now),
             ..current.record.clone()

@@ -141,8 +141,9 @@ pub trait StorageExt: Storage {
     }
 
     /// **Admin operation**: frees `key` whoever holds it, for a holder that is gone for good.
-    /// Writes a tombstone (the fencing token stays, so the next acquisition's token is still
-    /// strictly higher) and returns the record as it was, or `None` if the key was not held.
+    /// Writes a tombstone owned by [`OwnerId::NOBODY`] (the fencing token stays, so the next
+    /// acquisition's token is still strictly higher; the owner tells the evicted holder why its
+    /// hold ended) and returns the record as it was, or `None` if the key was not held.
     /// The evicted holder finds out at its next renewal (its handle turns lost) or by its local
     /// deadline; until then it may still *believe* it holds the lock, which is why the protected
     /// resource must check fencing tokens.

@@ -58,6 +58,11 @@ impl Timestamp {
 pub struct OwnerId(u128);
 
 impl OwnerId {
+    /// The owner written into the tombstone of a force-released hold
+    /// ([`crate::StorageExt::force_release`]), so the evicted owner can be told *why* its hold
+    /// is gone. Servers refuse it as a client-chosen owner.
+    pub const NOBODY: Self = Self(0);
+
     /// A fresh random owner id (thread-local CSPRNG).
     pub fn random() -> Self {
         Self(rand::random())
