@@ -80,6 +80,38 @@ pub enum Command {
     /// Show what the storage promises (clock, durability, capabilities); exit 78 if it cannot
     /// keep the lock's guarantees.
     Check(CheckArgs),
+    /// Serve the storage's locks over HTTP (JSON API + OpenAPI) until SIGTERM / Ctrl-C.
+    Serve(ServeArgs),
+    /// Make a bearer token for `serve --auth`: prints the token and its auth-file entry.
+    Token(TokenArgs),
+}
+
+/// `serve`'s arguments.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7420", value_name = "ADDR")]
+    pub listen: String,
+    /// Require bearer tokens as this TOML file says (see `storage-lock token`).
+    #[arg(long, value_name = "FILE")]
+    pub auth: Option<std::path::PathBuf>,
+    /// Serve without auth on a non-loopback address (anyone who reaches the port may lock and
+    /// release anything).
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+}
+
+/// `token`'s arguments.
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// The token's name (shown in logs and in the audit line of admin actions).
+    pub name: String,
+    /// The lock-name prefix the token may use (default: every name).
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// What it may do there: read, lock (includes read) or admin (includes lock).
+    #[arg(long, default_value = "lock", value_parser = ["read", "lock", "admin"])]
+    pub allow: String,
 }
 
 /// How long to wait for a busy lock (default: forever, like flock(1)).

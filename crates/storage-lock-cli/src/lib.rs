@@ -94,6 +94,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Sweep(args) => commands::sweep::sweep(args, url, quiet).await,
         Command::Break(args) => commands::admin::break_lock(args, url, quiet).await,
         Command::Check(args) => commands::admin::check(args, url, quiet).await,
+        Command::Serve(args) => commands::serve::serve(args, url, quiet).await,
+        Command::Token(args) => commands::serve::token(&args),
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod acquire;
 pub mod admin;
 pub mod inspect;
+pub mod serve;
 pub mod sweep;
 
 use std::time::Duration;

@@ -32,6 +32,8 @@ pub enum LockEventKind {
     Lost,
     /// A hold was released.
     Released,
+    /// An admin force-released the hold ([`crate::StorageLock::force_release`]).
+    ForceReleased,
 }
 
 /// One event.

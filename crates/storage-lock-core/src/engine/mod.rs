@@ -157,14 +157,54 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// # }
     /// ```
     pub async fn force_release(&self, name: &str) -> Result<Option<crate::LockRecord>, LockError> {
+        self.force_release_matching(name, None).await
+    }
+
+    /// [`StorageLock::force_release`] only if the hold's fencing token is `fencing`, so an
+    /// operator who looked at one holder never evicts the next one by mistake. `Ok(None)` if the
+    /// lock is free or held under another token.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidName`], [`LockError::Storage`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// use storage_lock_core::{DistributedLock, MemoryStorage, StorageLock};
+    /// let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let held = locks.try_acquire_for("nightly", std::time::Duration::ZERO).await?.expect("free");
+    /// let token = held.fencing_token();
+    /// assert!(locks.force_release_if("nightly", token + 1).await?.is_none()); // not that hold
+    /// assert!(locks.force_release_if("nightly", token).await?.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release_if(
+        &self,
+        name: &str,
+        fencing: u64,
+    ) -> Result<Option<crate::LockRecord>, LockError> {
+        self.force_release_matching(name, Some(fencing)).await
+    }
+
+    async fn force_release_matching(
+        &self,
+        name: &str,
+        fencing: Option<u64>,
+    ) -> Result<Option<crate::LockRecord>, LockError> {
         let key = self.key_for(name)?;
-        let ended = self.storage.as_ref().force_release(&key).await?;
+        let storage = self.storage.as_ref();
+        let ended = match fencing {
+            None => storage.force_release(&key).await?,
+            Some(f) => storage.force_release_if(&key, f).await?,
+        };
         if let Some(rec) = &ended {
             tracing::warn!(key = %key, fencing = rec.fencing, "lock force-released");
             let key: Arc<str> = Arc::from(&*key);
-            self.shared
-                .events
-                .emit(events::LockEventKind::Released, &key, Some(rec.fencing));
+            self.shared.events.emit(
+                events::LockEventKind::ForceReleased,
+                &key,
+                Some(rec.fencing),
+            );
         }
         Ok(ended)
     }

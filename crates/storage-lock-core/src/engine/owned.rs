@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use super::StorageLock;
 use super::events::LockEventKind;
 use crate::contract::{AcquireOptions, LockError};
-use crate::storage::{OwnerId, ReleaseOutcome, RenewOutcome, Storage};
+use crate::storage::{HolderInfo, OwnerId, ReleaseOutcome, RenewOutcome, Storage};
 
 /// A hold of an explicit owner ([`StorageLock::acquire_as`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +62,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// Acquires `name` for `owner`, waiting per `options.wait`; `Ok(None)` if another owner
     /// held it until the wait ran out. If `owner` already holds it (a retried request), returns
     /// that hold — never a second grant, never a reentrant level. `options.auto_renew` must be
-    /// unset: the owner renews with [`StorageLock::renew_as`].
+    /// unset: the owner renews with [`StorageLock::renew_as`]. `holder` names who holds it for
+    /// people and tools (a server passes its client's); `None` means this process.
     ///
     /// # Errors
     /// As [`crate::DistributedLock::try_acquire`], plus [`LockError::InvalidOptions`] for
@@ -75,8 +76,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// let locks = StorageLock::new(MemoryStorage::new())?;
     /// let me = OwnerId::random();
     /// let opts = AcquireOptions::default();
-    /// let first = locks.acquire_as("jobs/1", me, &opts).await?.expect("free");
-    /// let retry = locks.acquire_as("jobs/1", me, &opts).await?.expect("still mine");
+    /// let first = locks.acquire_as("jobs/1", me, &opts, None).await?.expect("free");
+    /// let retry = locks.acquire_as("jobs/1", me, &opts, None).await?.expect("still mine");
     /// assert_eq!(first.fencing_token, retry.fencing_token);
     /// assert!(locks.release_as("jobs/1", me).await?);
     /// assert!(!locks.release_as("jobs/1", me).await?); // retrying a release is harmless
@@ -87,6 +88,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         name: &str,
         owner: OwnerId,
         options: &AcquireOptions,
+        holder: Option<HolderInfo>,
     ) -> Result<Option<OwnedHold>, LockError> {
         options.validate()?;
         if options.auto_renew.is_some() {
@@ -103,7 +105,11 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         }
         super::runtime::lease_representable(options.lease)?;
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
-        let req = self.request(owner, options, false);
+        let mut req = self.request(owner, options, false);
+        if let Some(mut holder) = holder {
+            holder.note = options.note.clone().or(holder.note);
+            req.holder = Some(Arc::new(holder));
+        }
         let Some(granted) = self.acquire_loop(&key, &req, options, true).await? else {
             return Ok(None);
         };
@@ -140,7 +146,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// use storage_lock_core::{AcquireOptions, MemoryStorage, OwnerId, StorageLock};
     /// let locks = StorageLock::new(MemoryStorage::new())?;
     /// let me = OwnerId::random();
-    /// locks.acquire_as("jobs/2", me, &AcquireOptions::default()).await?.expect("free");
+    /// locks.acquire_as("jobs/2", me, &AcquireOptions::default(), None).await?.expect("free");
     /// assert!(locks.renew_as("jobs/2", me, Duration::from_secs(60)).await?.is_some());
     /// assert!(locks.renew_as("jobs/2", OwnerId::random(), Duration::from_secs(1)).await?.is_none());
     /// # Ok(()) }
@@ -199,7 +205,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// use storage_lock_core::{AcquireOptions, HoldGone, MemoryStorage, OwnerId, StorageLock};
     /// let locks = StorageLock::new(MemoryStorage::new())?;
     /// let me = OwnerId::random();
-    /// locks.acquire_as("jobs/3", me, &AcquireOptions::default()).await?.expect("free");
+    /// locks.acquire_as("jobs/3", me, &AcquireOptions::default(), None).await?.expect("free");
     /// locks.force_release("jobs/3").await?;
     /// assert_eq!(locks.hold_gone("jobs/3", me).await?, Some(HoldGone::ForceReleased));
     /// # Ok(()) }

@@ -148,13 +148,14 @@ pub(super) async fn release<S: Storage + ?Sized>(
 pub(super) async fn force_release<S: Storage + ?Sized>(
     s: &S,
     key: &str,
+    fencing: Option<u64>,
 ) -> Result<Option<LockRecord>, StorageError> {
     loop {
         let now = s.now().await?;
         let Some(current) = s.get(key).await? else {
             return Ok(None);
         };
-        if !current.record.is_held_at(now) {
+        if !current.record.is_held_at(now) || fencing.is_some_and(|f| f != current.record.fencing) {
             return Ok(None);
         }
         let tombstone = LockRecord {

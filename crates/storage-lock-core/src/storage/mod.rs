@@ -148,7 +148,18 @@ pub trait StorageExt: Storage {
     /// deadline; until then it may still *believe* it holds the lock, which is why the protected
     /// resource must check fencing tokens.
     async fn force_release(&self, key: &str) -> Result<Option<LockRecord>, StorageError> {
-        defaults::force_release(self, key).await
+        defaults::force_release(self, key, None).await
+    }
+
+    /// [`StorageExt::force_release`] only if the hold's fencing token is `fencing` (compared and
+    /// written in one compare-and-set, so a newer holder is never evicted by mistake); `None`
+    /// if the key is free or held under another token.
+    async fn force_release_if(
+        &self,
+        key: &str,
+        fencing: u64,
+    ) -> Result<Option<LockRecord>, StorageError> {
+        defaults::force_release(self, key, Some(fencing)).await
     }
 
     /// Deletes records under `prefix` that have been free for at least `older_than`, after

@@ -1,0 +1,98 @@
+//! `serve` (the lock server over the chosen storage) and `token` (a bearer token for it).
+
+use std::net::SocketAddr;
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+use storage_lock::HolderInfo;
+use storage_lock_server::{Auth, Server, hash_token};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::{ServeArgs, TokenArgs};
+use crate::exit::{self, Failure};
+use crate::storage;
+
+/// Runs `serve`: opens the storage, refuses an unauthenticated non-loopback listener unless
+/// `--insecure-no-auth`, serves until SIGTERM or SIGINT, then finishes requests in flight.
+pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
+    let addr: SocketAddr = args.listen.parse().map_err(|_| {
+        Failure::usage(format!(
+            "--listen {:?} is not an address such as 127.0.0.1:7420",
+            args.listen
+        ))
+    })?;
+    let auth = match &args.auth {
+        Some(path) => {
+            Some(Auth::from_file(path).map_err(|e| Failure::new(exit::CONFIG, e.to_string()))?)
+        }
+        None if !addr.ip().is_loopback() && !args.insecure_no_auth => {
+            return Err(Failure::usage(format!(
+                "refusing to serve {addr} without --auth (anyone reaching it could lock and \
+                 release anything); pass --auth FILE, or --insecure-no-auth if you mean it"
+            )));
+        }
+        None => None,
+    };
+    let opened = storage::open(url, HolderInfo::this_process(), quiet).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::new(exit::STORAGE, format!("cannot listen on {addr}: {e}")))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let mut server = Server::new(opened.locks);
+    if let Some(auth) = auth {
+        server = server.auth(auth);
+    }
+    match PrometheusBuilder::new().install_recorder() {
+        Ok(handle) => server = server.metrics(handle),
+        Err(e) => tracing::warn!(error = %e, "metrics recorder not installed"),
+    }
+    if !quiet {
+        eprintln!(
+            "storage-lock: serving {} on http://{bound} (OpenAPI: http://{bound}/openapi.json)",
+            opened.shown
+        );
+    }
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot watch SIGTERM: {e}")))?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    server
+        .serve(listener, shutdown)
+        .await
+        .map_err(|e| Failure::new(exit::STORAGE, format!("serving failed: {e}")))?;
+    if !quiet {
+        eprintln!("storage-lock: server stopped");
+    }
+    Ok(0)
+}
+
+/// Runs `token`: prints a fresh random token (on a comment line) and its auth-file entry.
+pub fn token(args: &TokenArgs) -> Result<u8, Failure> {
+    let secret = format!("{:032x}{:032x}", rand_u128(), rand_u128());
+    println!(
+        "# bearer token for {:?}: give it to the client, keep it secret",
+        args.name
+    );
+    println!("# {secret}");
+    println!("[[token]]");
+    println!("name = {}", toml_string(&args.name));
+    println!("sha256 = \"{}\"", hash_token(&secret));
+    println!(
+        "grants = [{{ prefix = {}, allow = \"{}\" }}]",
+        toml_string(&args.prefix),
+        args.allow
+    );
+    Ok(0)
+}
+
+fn rand_u128() -> u128 {
+    storage_lock::OwnerId::random().as_u128()
+}
+
+/// A TOML basic string (JSON string escaping is valid TOML).
+fn toml_string(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}

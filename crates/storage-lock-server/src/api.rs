@@ -1,0 +1,795 @@
+//! The HTTP JSON API `/v1`: handlers, request and response types (the OpenAPI document is
+//! generated from them).
+//!
+//! **Fencing tokens are JSON strings** of decimal digits (`"fencing_token": "42"`): they are
+//! `u64` and JavaScript numbers lose integers above 2^53. Durations (`*_ms`) are numbers, all far
+//! below 2^53. Owners are 32 hex digits (128 bits), the secret that renews and releases; they
+//! are never shown in lists or reads.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use storage_lock_core::{
+    AcquireOptions, ChangeWait, HolderInfo, LockRecord, OwnerId, PageRequest, Storage, StorageExt,
+    StorageLock, Stored, Timestamp, Version, Wait,
+};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::{Auth, Permission, Principal};
+use crate::error::{ApiError, ErrorBody};
+
+/// The longest a request may wait (`wait_ms` of acquire and of a blocking read): 30 s.
+pub const MAX_WAIT_MS: u64 = 30_000;
+/// The longest lease a request may ask for: 24 h.
+pub const MAX_LEASE_MS: u64 = 86_400_000;
+/// The longest note: 1 KiB.
+pub const MAX_NOTE_BYTES: usize = 1024;
+/// The largest page of `GET /v1/locks`.
+pub const MAX_PAGE: usize = 1000;
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub locks: StorageLock,
+    pub auth: Option<Auth>,
+}
+
+pub(crate) type Shared = State<Arc<AppState>>;
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn ts(t: Timestamp) -> Option<String> {
+    t.to_system_time().map(rfc3339)
+}
+
+/// Who holds a lock (for people and tools; never used for decisions).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Holder {
+    /// Host name of the holder.
+    #[schema(max_length = 255)]
+    pub host: String,
+    /// Process id of the holder.
+    pub pid: u32,
+    /// Free-form note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024)]
+    pub note: Option<String>,
+}
+
+impl From<&HolderInfo> for Holder {
+    fn from(h: &HolderInfo) -> Self {
+        Self {
+            host: h.host.clone(),
+            pid: h.pid,
+            note: h.note.clone(),
+        }
+    }
+}
+
+/// `POST /v1/locks/{name}/acquire`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireBody {
+    /// How long the hold lasts unless renewed.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub lease_ms: u64,
+    /// How long to wait while another owner holds it (long poll); 0 = answer at once.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 30_000)]
+    pub wait_ms: u64,
+    /// Your owner id (32 hex digits, random, not all zero): send it to retry an acquire
+    /// idempotently — while you hold the lock, the same hold and token come back. Chosen by the
+    /// server if absent.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
+    pub owner: Option<String>,
+    /// A note shown to people (the command, the job id).
+    #[schema(max_length = 1024)]
+    pub note: Option<String>,
+    /// Who holds it (host, pid); the server's own if absent.
+    pub holder: Option<Holder>,
+}
+
+/// A hold: the answer to a granted acquire.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Hold {
+    /// The lock name.
+    pub name: String,
+    /// The owner id: the secret that renews and releases this hold.
+    pub owner: String,
+    /// The fencing token (a decimal string; see the module docs).
+    #[schema(example = "42")]
+    pub fencing_token: String,
+    /// The lease granted.
+    pub lease_ms: u64,
+    /// Time left when the server decided: count it from when you *sent* the request.
+    pub expires_in_ms: u64,
+    /// The expiry on the server's storage clock (informational; do not compare clocks).
+    pub expires_at: String,
+}
+
+/// `POST /v1/locks/{name}/renew`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenewBody {
+    /// The owner id of the hold.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
+    pub owner: String,
+    /// The new lease, counted from now.
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub lease_ms: u64,
+}
+
+/// A renewed hold.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Renewed {
+    /// The lock name.
+    pub name: String,
+    /// The lease granted.
+    pub lease_ms: u64,
+    /// Time left when the server decided (= `lease_ms`).
+    pub expires_in_ms: u64,
+    /// The expiry on the server's storage clock (informational).
+    pub expires_at: String,
+}
+
+/// `POST /v1/locks/{name}/release`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// The owner id of the hold.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
+    pub owner: String,
+}
+
+/// The answer to a release.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Released {
+    /// `false` if this owner held nothing (a retried release): safe to retry.
+    pub released: bool,
+}
+
+/// `POST /v1/locks/{name}/force-release` (admin).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForceReleaseBody {
+    /// Release only the hold with this fencing token (a decimal string), so you never evict
+    /// the next holder by mistake. Any holder if absent.
+    #[schema(pattern = "^[0-9]{1,20}$")]
+    pub expected_fencing_token: Option<String>,
+    /// Why (logged with who did it).
+    #[schema(max_length = 1024)]
+    pub reason: Option<String>,
+}
+
+/// The answer to a force-release.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ForceReleased {
+    /// `false` if the lock was free or held under another fencing token.
+    pub released: bool,
+    /// The evicted hold's fencing token; the next hold's is greater.
+    pub fencing_token: Option<String>,
+    /// Who held it.
+    pub holder: Option<Holder>,
+}
+
+/// What a lock looks like now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LockState {
+    /// Held by an owner.
+    Held,
+    /// Released (or force-released); free.
+    Released,
+    /// The last hold's lease ran out; free.
+    Expired,
+    /// Never held (or swept); free.
+    Free,
+}
+
+/// A lock as `GET` shows it (never its owner).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LockInfo {
+    /// The lock name.
+    pub name: String,
+    /// Held or free, and why free.
+    pub state: LockState,
+    /// The last hold's fencing token (a decimal string); the next hold's is greater.
+    pub fencing_token: Option<String>,
+    /// Who holds (or last held) it.
+    pub holder: Option<Holder>,
+    /// When the last hold began (storage clock, informational).
+    pub acquired_at: Option<String>,
+    /// When it ends or ended (storage clock, informational).
+    pub expires_at: Option<String>,
+    /// For a held lock: time left when the server read it.
+    pub expires_in_ms: Option<u64>,
+    /// Opaque; changes whenever the record does.
+    pub revision: Option<String>,
+}
+
+/// A page of locks.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LockList {
+    /// Locks in name order.
+    pub locks: Vec<LockInfo>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/locks` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only names starting with this.
+    pub prefix: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// At most this many (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
+/// `GET /v1/locks/{name}` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct GetQuery {
+    /// Blocking read: wait up to this long (≤ 30 000) for the record to change.
+    #[param(minimum = 0, maximum = 30_000)]
+    pub wait_ms: Option<u64>,
+    /// With `wait_ms`: `held` waits only while the lock is held, i.e. returns at once if it is
+    /// free and otherwise when the hold ends (released, expired, force-released).
+    #[serde(rename = "while")]
+    #[param(rename = "while")]
+    pub while_: Option<WhileState>,
+}
+
+/// The condition of a blocking read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WhileState {
+    /// Wait while the lock is held.
+    Held,
+}
+
+/// The caller, from the `Authorization: Bearer …` header (anyone when the server has no auth).
+pub(crate) struct Caller(Option<Principal>);
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(auth) = &state.auth else {
+            return Ok(Self(None));
+        };
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match token.and_then(|t| auth.authenticate(t)) {
+            Some(p) => Ok(Self(Some(p))),
+            None => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                if token.is_some() {
+                    "the bearer token is not valid"
+                } else {
+                    "send `Authorization: Bearer <token>`"
+                },
+            )),
+        }
+    }
+}
+
+impl Caller {
+    fn require(&self, st: &AppState, name: &str, needed: Permission) -> Result<(), ApiError> {
+        match (&st.auth, &self.0) {
+            (Some(auth), Some(p)) if !auth.allows(p, name, needed) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "token {:?} may not {} locks named {name:?}",
+                    p.name(),
+                    needed.as_str()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn may(&self, st: &AppState, name: &str, needed: Permission) -> bool {
+        self.require(st, name, needed).is_ok()
+    }
+
+    fn who(&self) -> &str {
+        self.0.as_ref().map_or("anonymous", Principal::name)
+    }
+}
+
+fn parse_owner(s: &str) -> Result<OwnerId, ApiError> {
+    let bad =
+        || ApiError::bad_request("invalid_owner", "owner must be 32 hex digits, not all zero");
+    if s.len() != 32 {
+        return Err(bad());
+    }
+    let bits = u128::from_str_radix(s, 16).map_err(|_| bad())?;
+    match OwnerId::from_u128(bits) {
+        OwnerId::NOBODY => Err(bad()),
+        owner => Ok(owner),
+    }
+}
+
+fn owner_text(o: OwnerId) -> String {
+    format!("{:032x}", o.as_u128())
+}
+
+fn lease(ms: u64) -> Result<Duration, ApiError> {
+    if ms == 0 || ms > MAX_LEASE_MS {
+        return Err(ApiError::bad_request(
+            "lease_out_of_range",
+            format!("lease_ms must be 1..={MAX_LEASE_MS}"),
+        ));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn wait(ms: u64) -> Result<Duration, ApiError> {
+    if ms > MAX_WAIT_MS {
+        return Err(ApiError::bad_request(
+            "invalid_options",
+            format!("wait_ms must be at most {MAX_WAIT_MS}"),
+        ));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn text_limit(field: &str, s: &Option<String>) -> Result<(), ApiError> {
+    match s {
+        Some(s) if s.len() > MAX_NOTE_BYTES => Err(ApiError::bad_request(
+            "invalid_options",
+            format!("{field} is longer than {MAX_NOTE_BYTES} bytes"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The lock name of the path, validated.
+fn lock_name(st: &AppState, path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    let Path(name) = path?;
+    st.locks.key_for(&name)?;
+    Ok(name)
+}
+
+fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    Ok(b?.0)
+}
+
+/// Acquire a lock, waiting up to `wait_ms` while another owner holds it.
+///
+/// Cancel safety: a client that disconnects while waiting cancels the wait, and a grant that
+/// lands after the disconnect is released. A grant whose *answer* is lost stays held until its
+/// lease ends — retry with the same `owner` to get it back.
+#[utoipa::path(
+    post, path = "/v1/locks/{name}/acquire", tag = "locks",
+    params(("name" = String, Path, description = "The lock name (`/` as `%2F`)")),
+    request_body = AcquireBody,
+    responses(
+        (status = 200, description = "Granted (or already held by this owner)", body = Hold),
+        (status = 400, description = "Bad input; nothing held", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, description = "Held by another owner; see Retry-After", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until the hold ends unless renewed"))),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, description = "The storage cannot be reached", body = ErrorBody),
+    )
+)]
+pub(crate) async fn acquire(
+    State(st): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+    b: Result<Json<AcquireBody>, JsonRejection>,
+) -> Result<Json<Hold>, ApiError> {
+    let name = lock_name(&st, path)?;
+    caller.require(&st, &name, Permission::Lock)?;
+    let b = body(b)?;
+    let lease = lease(b.lease_ms)?;
+    let wait_for = wait(b.wait_ms)?;
+    text_limit("note", &b.note)?;
+    let owner = match &b.owner {
+        Some(o) => parse_owner(o)?,
+        None => OwnerId::random(),
+    };
+    let holder = match b.holder {
+        Some(h) => {
+            text_limit("holder.note", &h.note)?;
+            if h.host.len() > 255 {
+                return Err(ApiError::bad_request(
+                    "invalid_options",
+                    "holder.host is longer than 255 bytes",
+                ));
+            }
+            Some(HolderInfo {
+                host: h.host,
+                pid: h.pid,
+                note: h.note,
+            })
+        }
+        None => None,
+    };
+    let mut opts = AcquireOptions::default()
+        .lease(lease)
+        .wait(if wait_for.is_zero() {
+            Wait::Never
+        } else {
+            Wait::For(wait_for)
+        });
+    opts.note = b.note;
+    match st.locks.acquire_as(&name, owner, &opts, holder).await? {
+        Some(h) => Ok(Json(Hold {
+            name,
+            owner: owner_text(owner),
+            fencing_token: h.fencing_token.to_string(),
+            lease_ms: b.lease_ms,
+            expires_in_ms: millis(h.expires_in),
+            expires_at: rfc3339(h.expires_at),
+        })),
+        None => {
+            let storage = st.locks.storage();
+            let (now, stored) = read(storage.as_ref(), &name).await?;
+            let rec = stored.map(|s| s.record).filter(|r| r.is_held_at(now));
+            Err(ApiError::busy(
+                &name,
+                rec.as_ref()
+                    .and_then(|r| r.holder.as_deref())
+                    .map(Holder::from),
+                rec.map(|r| r.expires_at.saturating_since(now)),
+            ))
+        }
+    }
+}
+
+/// Extend a hold to `lease_ms` from now.
+#[utoipa::path(
+    post, path = "/v1/locks/{name}/renew", tag = "locks",
+    params(("name" = String, Path, description = "The lock name (`/` as `%2F`)")),
+    request_body = RenewBody,
+    responses(
+        (status = 200, description = "Renewed", body = Renewed),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 410, description = "Not held by this owner; `reason` says why", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn renew(
+    State(st): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+    b: Result<Json<RenewBody>, JsonRejection>,
+) -> Result<Json<Renewed>, ApiError> {
+    let name = lock_name(&st, path)?;
+    caller.require(&st, &name, Permission::Lock)?;
+    let b = body(b)?;
+    let owner = parse_owner(&b.owner)?;
+    let lease = lease(b.lease_ms)?;
+    match st.locks.renew_as(&name, owner, lease).await? {
+        Some(expires_at) => Ok(Json(Renewed {
+            name,
+            lease_ms: b.lease_ms,
+            expires_in_ms: b.lease_ms,
+            expires_at: rfc3339(expires_at),
+        })),
+        None => {
+            let why = st
+                .locks
+                .hold_gone(&name, owner)
+                .await?
+                .unwrap_or(storage_lock_core::HoldGone::TakenOver);
+            Err(ApiError::lost(&name, why))
+        }
+    }
+}
+
+/// Release a hold (safe to retry: a second release answers `released: false`).
+#[utoipa::path(
+    post, path = "/v1/locks/{name}/release", tag = "locks",
+    params(("name" = String, Path, description = "The lock name (`/` as `%2F`)")),
+    request_body = ReleaseBody,
+    responses(
+        (status = 200, body = Released),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn release(
+    State(st): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+    b: Result<Json<ReleaseBody>, JsonRejection>,
+) -> Result<Json<Released>, ApiError> {
+    let name = lock_name(&st, path)?;
+    caller.require(&st, &name, Permission::Lock)?;
+    let b = body(b)?;
+    let owner = parse_owner(&b.owner)?;
+    let released = st.locks.release_as(&name, owner).await?;
+    Ok(Json(Released { released }))
+}
+
+/// Admin: free a lock whoever holds it. The fencing token still moves forward (the next hold's
+/// is greater); the evicted holder learns at its next renewal (`410`, `force_released`).
+#[utoipa::path(
+    post, path = "/v1/locks/{name}/force-release", tag = "admin",
+    params(("name" = String, Path, description = "The lock name (`/` as `%2F`)")),
+    request_body = ForceReleaseBody,
+    responses(
+        (status = 200, body = ForceReleased),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, description = "Not an admin of this name", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn force_release(
+    State(st): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+    b: Result<Json<ForceReleaseBody>, JsonRejection>,
+) -> Result<Json<ForceReleased>, ApiError> {
+    let name = lock_name(&st, path)?;
+    caller.require(&st, &name, Permission::Admin)?;
+    let b = body(b)?;
+    text_limit("reason", &b.reason)?;
+    let expected = match &b.expected_fencing_token {
+        Some(t) => Some(t.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(
+                "invalid_options",
+                "expected_fencing_token must be a decimal u64 string",
+            )
+        })?),
+        None => None,
+    };
+    let ended = match expected {
+        Some(f) => st.locks.force_release_if(&name, f).await?,
+        None => st.locks.force_release(&name).await?,
+    };
+    tracing::info!(
+        target: "storage_lock::audit",
+        who = caller.who(),
+        action = "force_release",
+        lock = %name,
+        fencing = ended.as_ref().map(|r| r.fencing),
+        released = ended.is_some(),
+        reason = b.reason.as_deref().unwrap_or(""),
+        "admin action"
+    );
+    Ok(Json(ForceReleased {
+        released: ended.is_some(),
+        fencing_token: ended.as_ref().map(|r| r.fencing.to_string()),
+        holder: ended
+            .as_ref()
+            .and_then(|r| r.holder.as_deref())
+            .map(Holder::from),
+    }))
+}
+
+/// List locks by name prefix, in pages (only the names the caller may read).
+#[utoipa::path(
+    get, path = "/v1/locks", tag = "locks",
+    params(ListQuery),
+    responses(
+        (status = 200, body = LockList),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn list(
+    State(st): Shared,
+    caller: Caller,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<LockList>, ApiError> {
+    let Query(q) = q?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "limit must be 1..=1000",
+        ));
+    }
+    let storage = st.locks.storage();
+    let now = storage
+        .now()
+        .await
+        .map_err(storage_lock_core::LockError::from)?;
+    let page = storage
+        .list_locks(
+            q.prefix.as_deref().unwrap_or(""),
+            &PageRequest {
+                after: q.cursor,
+                limit,
+            },
+        )
+        .await
+        .map_err(storage_lock_core::LockError::from)?;
+    Ok(Json(LockList {
+        locks: page
+            .entries
+            .into_iter()
+            .filter(|(k, _)| caller.may(&st, k, Permission::Read))
+            .map(|(k, s)| info(k, Some(&s), now))
+            .collect(),
+        next_cursor: page.next,
+    }))
+}
+
+/// Read one lock; with `wait_ms`, a blocking read that returns when the record changes (or,
+/// with `while=held`, when the lock is free).
+#[utoipa::path(
+    get, path = "/v1/locks/{name}", tag = "locks",
+    params(("name" = String, Path, description = "The lock name (`/` as `%2F`)"), GetQuery),
+    responses(
+        (status = 200, body = LockInfo),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn get(
+    State(st): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+    q: Result<Query<GetQuery>, QueryRejection>,
+) -> Result<Json<LockInfo>, ApiError> {
+    let name = lock_name(&st, path)?;
+    caller.require(&st, &name, Permission::Read)?;
+    let Query(q) = q?;
+    let wait_for = wait(q.wait_ms.unwrap_or(0))?;
+    let storage = st.locks.storage().as_ref();
+    let (now, stored) = if wait_for.is_zero() {
+        read(storage, &name).await?
+    } else {
+        blocking_read(storage, &name, wait_for, q.while_).await?
+    };
+    Ok(Json(info(name, stored.as_ref(), now)))
+}
+
+async fn read(s: &dyn Storage, key: &str) -> Result<(Timestamp, Option<Stored>), ApiError> {
+    let stored = s
+        .get(key)
+        .await
+        .map_err(storage_lock_core::LockError::from)?;
+    let now = s.now().await.map_err(storage_lock_core::LockError::from)?;
+    Ok((now, stored))
+}
+
+/// How often a blocking read looks again when no notification comes (notifications are only
+/// a shortcut: some backends notify only when an acquirer is waiting).
+const READ_POLL: Duration = Duration::from_millis(100);
+
+async fn blocking_read(
+    s: &dyn Storage,
+    key: &str,
+    wait_for: Duration,
+    while_: Option<WhileState>,
+) -> Result<(Timestamp, Option<Stored>), ApiError> {
+    let deadline = tokio::time::Instant::now() + wait_for;
+    let mut first: Option<Option<Version>> = None;
+    loop {
+        let change = s
+            .wait_for_change(key)
+            .await
+            .unwrap_or_else(|_| ChangeWait::unsupported());
+        let (now, stored) = read(s, key).await?;
+        let version = stored.as_ref().map(|x| x.version.clone());
+        let held_for = stored
+            .as_ref()
+            .map(|x| &x.record)
+            .filter(|r| r.is_held_at(now))
+            .map(|r| r.expires_at.saturating_since(now));
+        let done = match while_ {
+            Some(WhileState::Held) => held_for.is_none(),
+            None => first.as_ref().is_some_and(|v| *v != version),
+        };
+        if done || tokio::time::Instant::now() >= deadline {
+            return Ok((now, stored));
+        }
+        first.get_or_insert(version);
+        let mut wake = deadline.min(tokio::time::Instant::now() + READ_POLL);
+        if let Some(left) = held_for {
+            wake = wake.min(tokio::time::Instant::now() + left + Duration::from_millis(1));
+        }
+        tokio::select! {
+            () = change.changed() => {}
+            () = tokio::time::sleep_until(wake) => {}
+        }
+    }
+}
+
+fn revision(v: &Version) -> String {
+    match (v.as_u64(), v.as_text()) {
+        (Some(n), _) => format!("n{n}"),
+        (None, Some(t)) => format!("t{t}"),
+        (None, None) => String::new(),
+    }
+}
+
+fn info(name: String, stored: Option<&Stored>, now: Timestamp) -> LockInfo {
+    let Some(stored) = stored else {
+        return LockInfo {
+            name,
+            state: LockState::Free,
+            fencing_token: None,
+            holder: None,
+            acquired_at: None,
+            expires_at: None,
+            expires_in_ms: None,
+            revision: None,
+        };
+    };
+    let r: &LockRecord = &stored.record;
+    let state = if r.is_held_at(now) {
+        LockState::Held
+    } else if r.count == 0 {
+        LockState::Released
+    } else {
+        LockState::Expired
+    };
+    LockInfo {
+        name,
+        state,
+        fencing_token: Some(r.fencing.to_string()),
+        holder: r.holder.as_deref().map(Holder::from),
+        acquired_at: ts(r.acquired_at),
+        expires_at: ts(r.expires_at),
+        expires_in_ms: (state == LockState::Held)
+            .then(|| millis(r.expires_at.saturating_since(now))),
+        revision: Some(revision(&stored.version)),
+    }
+}
+
+/// `GET /healthz`: the process is up.
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /readyz`: the storage answers.
+pub(crate) async fn readyz(State(st): Shared) -> Response {
+    match st.locks.storage().now().await {
+        Ok(_) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, "storage unreachable\n").into_response()
+        }
+    }
+}
+
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+}
+
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method",
+    )
+}

@@ -1,0 +1,157 @@
+//! The one error body of the HTTP API, and how every failure maps onto it.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use storage_lock_core::{HoldGone, LockError};
+use utoipa::ToSchema;
+
+use crate::api::Holder;
+
+/// The body of every non-2xx response: a stable machine code and a message for people.
+///
+/// Codes: `invalid_body`, `unsupported_media_type`, `body_too_large`, `invalid_name`,
+/// `invalid_owner`, `invalid_options`, `lease_out_of_range`, `invalid_query`, `unauthorized`,
+/// `forbidden`, `not_found`, `method_not_allowed`, `busy` (409), `lost` (410),
+/// `unavailable` (503: the storage cannot be reached; retry), `internal` (500).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable machine-readable code.
+    #[schema(example = "busy")]
+    pub error: String,
+    /// What happened, for people.
+    pub message: String,
+    /// For `lost`: why the hold is gone (`released`, `expired`, `force_released`,
+    /// `taken_over`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// For `busy`: who holds the lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
+    /// For `busy`: how long the current hold lasts unless renewed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_in_ms: Option<u64>,
+}
+
+/// A failed request: status plus [`ErrorBody`].
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+    retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            body: ErrorBody {
+                error: code.to_owned(),
+                message: message.into(),
+                reason: None,
+                holder: None,
+                expires_in_ms: None,
+            },
+            retry_after: None,
+        }
+    }
+
+    /// 400 with `code`.
+    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 409 `busy`: another owner holds the lock for `left` more (unless renewed).
+    pub fn busy(name: &str, holder: Option<Holder>, left: Option<Duration>) -> Self {
+        let mut e = Self::new(
+            StatusCode::CONFLICT,
+            "busy",
+            format!("lock {name:?} is held by another owner"),
+        );
+        e.body.holder = holder;
+        e.body.expires_in_ms = left.map(crate::api::millis);
+        // Retry-After is in whole seconds: round up, at least 1.
+        e.retry_after = Some(left.unwrap_or(Duration::from_secs(1)));
+        e
+    }
+
+    /// 410 `lost`, with why.
+    pub fn lost(name: &str, why: HoldGone) -> Self {
+        let mut e = Self::new(
+            StatusCode::GONE,
+            "lost",
+            format!("this owner does not hold lock {name:?} ({})", why.code()),
+        );
+        e.body.reason = Some(why.code().to_owned());
+        e
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut res = (self.status, Json(self.body)).into_response();
+        if let Some(after) = self.retry_after {
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
+                res.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        res
+    }
+}
+
+impl From<LockError> for ApiError {
+    fn from(e: LockError) -> Self {
+        let msg = e.to_string();
+        match e {
+            LockError::InvalidName { .. } => Self::bad_request("invalid_name", msg),
+            LockError::InvalidOptions { .. } => Self::bad_request("invalid_options", msg),
+            LockError::LeaseOutOfRange { .. } => Self::bad_request("lease_out_of_range", msg),
+            LockError::NotHeld { .. } => Self::new(StatusCode::GONE, "lost", msg),
+            LockError::Storage(_) | LockError::Unsafe { .. } | LockError::Cancelled => {
+                tracing::warn!(error = %msg, "storage failure");
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)
+            }
+            _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", msg),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let status = r.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            _ => "invalid_body",
+        };
+        let status = if status.is_client_error() {
+            status
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        Self::new(status, code, r.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        Self::bad_request("invalid_name", r.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        Self::bad_request("invalid_query", r.body_text())
+    }
+}

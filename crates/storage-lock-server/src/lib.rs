@@ -1,0 +1,220 @@
+//! The storage-lock server: the lock engine over HTTP, for any language.
+//!
+//! The server is **stateless** over its storage: it keeps no lock state of its own, so several
+//! replicas over one PostgreSQL or Redis serve the same locks, and a restart loses nothing.
+//! Clients name an owner id (a 128-bit secret) that renews and releases their hold and makes
+//! acquire retries idempotent. Run it with `storage-lock serve`, or embed it:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> std::io::Result<()> {
+//! use storage_lock_core::{MemoryStorage, StorageLock};
+//! use storage_lock_server::Server;
+//!
+//! let locks = StorageLock::new(MemoryStorage::new()).expect("memory passes the gate");
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7420").await?;
+//! Server::new(locks).serve(listener, std::future::pending()).await
+//! # }
+//! ```
+//!
+//! # Routes
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/locks/{name}/acquire` | `{lease_ms, wait_ms?, owner?, note?, holder?}` → 200 hold · 409 busy (+ `Retry-After`) |
+//! | `POST /v1/locks/{name}/renew` | `{owner, lease_ms}` → 200 · 410 lost, with `reason` |
+//! | `POST /v1/locks/{name}/release` | `{owner}` → 200 `{released}` (safe to retry) |
+//! | `POST /v1/locks/{name}/force-release` | admin: `{expected_fencing_token?, reason?}` |
+//! | `GET /v1/locks?prefix=&cursor=&limit=` | a page of locks |
+//! | `GET /v1/locks/{name}?wait_ms=&while=held` | one lock; blocking read with `wait_ms` |
+//! | `GET /openapi.json` | the OpenAPI 3.1 document of all of the above |
+//! | `GET /metrics` | Prometheus text (when a recorder handle is given) |
+//! | `GET /healthz`, `GET /readyz` | the process is up · the storage answers |
+//!
+//! Names may contain `/` (send `%2F`). Fencing tokens travel as decimal **strings** (u64 does not
+//! fit a JavaScript number). Every error has the body `{"error": code, "message": …}`; bad input
+//! is always a 4xx and never leaves anything held. Responses carry durations (`expires_in_ms`,
+//! counted from when the server decided): a client counts them from when it *sent* the request
+//! and never compares its clock with the server's.
+//!
+//! Long polls (`wait_ms`, at most [`MAX_WAIT_MS`]) wait on the storage's change notifications.
+//! A client that disconnects cancels its wait, and a grant that lands after the disconnect is
+//! released at once.
+//!
+//! **Shutdown.** [`Server::serve`] stops accepting when `shutdown` completes and lets requests
+//! in flight finish (long polls included, ≤ 30 s). Locks held through the HTTP API are the
+//! clients': they stay held until released or their lease ends, whatever happens to the server.
+//!
+//! **Auth.** See [`auth`]: bearer tokens stored as SHA-256 hashes, per-prefix `read` / `lock` /
+//! `admin` grants. Admin actions are logged on the `storage_lock::audit` target with who, what
+//! and which fencing token.
+
+pub mod api;
+pub mod auth;
+mod error;
+mod observe;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+use storage_lock_core::StorageLock;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use api::{MAX_LEASE_MS, MAX_WAIT_MS};
+pub use auth::{Auth, AuthFileError, Permission, hash_token};
+pub use error::{ApiError, ErrorBody};
+
+/// The largest request body: 64 KiB (larger ones get `413 body_too_large`).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "storage-lock",
+        description = "Distributed locks with fencing tokens over any storage. Fencing tokens are decimal strings; durations are milliseconds counted from when the server decided.",
+    ),
+    tags(
+        (name = "locks", description = "Acquire, renew, release and read locks"),
+        (name = "admin", description = "Operator actions"),
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = []), ()),
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        openapi
+            .components
+            .get_or_insert_default()
+            .add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+            );
+    }
+}
+
+/// A lock server over one [`StorageLock`].
+pub struct Server {
+    locks: StorageLock,
+    auth: Option<Auth>,
+    metrics: Option<PrometheusHandle>,
+}
+
+impl Server {
+    /// A server for `locks`, without auth (anyone reaching the port may lock anything; the
+    /// `serve` command refuses that on non-loopback addresses) and without `/metrics`.
+    pub fn new(locks: StorageLock) -> Self {
+        Self {
+            locks,
+            auth: None,
+            metrics: None,
+        }
+    }
+
+    /// Requires bearer tokens as `auth` says.
+    #[must_use]
+    pub fn auth(mut self, auth: Auth) -> Self {
+        self.auth = Some(auth);
+        self
+    }
+
+    /// Serves `/metrics` from this recorder handle (install the recorder once per process,
+    /// e.g. `PrometheusBuilder::new().install_recorder()`); the engine's and the server's
+    /// metrics are recorded through the `metrics` facade either way.
+    #[must_use]
+    pub fn metrics(mut self, handle: PrometheusHandle) -> Self {
+        self.metrics = Some(handle);
+        self
+    }
+
+    /// The OpenAPI 3.1 document of the HTTP API.
+    ///
+    /// # Examples
+    /// ```
+    /// let doc = storage_lock_server::Server::openapi();
+    /// assert!(doc.paths.paths.contains_key("/v1/locks/{name}/acquire"));
+    /// ```
+    pub fn openapi() -> utoipa::openapi::OpenApi {
+        Self::api_router().split_for_parts().1
+    }
+
+    fn api_router() -> OpenApiRouter<Arc<api::AppState>> {
+        OpenApiRouter::with_openapi(ApiDoc::openapi())
+            .routes(routes!(api::acquire))
+            .routes(routes!(api::renew))
+            .routes(routes!(api::release))
+            .routes(routes!(api::force_release))
+            .routes(routes!(api::list))
+            .routes(routes!(api::get))
+    }
+
+    /// The routes as an axum [`Router`], to serve or to nest in a larger application.
+    pub fn router(self) -> Router {
+        let (api, doc) = Self::api_router().split_for_parts();
+        let doc = Arc::new(doc);
+        let metrics = self.metrics;
+        let state = Arc::new(api::AppState {
+            locks: self.locks,
+            auth: self.auth,
+        });
+        api.route(
+            "/openapi.json",
+            get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let m = metrics.as_ref().map(PrometheusHandle::render);
+                async move {
+                    match m {
+                        Some(text) => (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                "text/plain; version=0.0.4",
+                            )],
+                            text,
+                        )
+                            .into_response(),
+                        None => api::not_found().await.into_response(),
+                    }
+                }
+            }),
+        )
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(observe::observe))
+        .with_state(state)
+    }
+
+    /// Serves HTTP/1.1 and HTTP/2 (cleartext) on `listener` until `shutdown` completes, then
+    /// lets requests in flight finish.
+    ///
+    /// # Errors
+    /// Accepting connections failed.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+use axum::response::IntoResponse;
