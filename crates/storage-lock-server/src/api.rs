@@ -27,8 +27,10 @@ use crate::error::{ApiError, ErrorBody};
 
 /// The longest a request may wait (`wait_ms` of acquire and of a blocking read): 30 s.
 pub const MAX_WAIT_MS: u64 = 30_000;
-/// The longest lease a request may ask for: 24 h.
-pub const MAX_LEASE_MS: u64 = 86_400_000;
+/// The longest lease a request may ask for: 1000 years of 365.25 days (the engine represents
+/// expiries up to the year 9999; a lease is a bound on how long a crashed holder blocks others,
+/// so keep yours short and renew).
+pub const MAX_LEASE_MS: u64 = 31_557_600_000_000;
 /// The longest note: 1 KiB.
 pub const MAX_NOTE_BYTES: usize = 1024;
 /// The largest page of `GET /v1/locks`.
@@ -84,7 +86,7 @@ impl From<&HolderInfo> for Holder {
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     /// How long the hold lasts unless renewed.
-    #[schema(minimum = 1, maximum = 86_400_000)]
+    #[schema(minimum = 1, maximum = 31_557_600_000_000.0)]
     pub lease_ms: u64,
     /// How long to wait while another owner holds it (long poll); 0 = answer at once.
     #[serde(default)]
@@ -128,7 +130,7 @@ pub struct RenewBody {
     #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     pub owner: String,
     /// The new lease, counted from now.
-    #[schema(minimum = 1, maximum = 86_400_000)]
+    #[schema(minimum = 1, maximum = 31_557_600_000_000.0)]
     pub lease_ms: u64,
 }
 
@@ -764,6 +766,52 @@ fn info(name: String, stored: Option<&Stored>, now: Timestamp) -> LockInfo {
             .then(|| millis(r.expires_at.saturating_since(now))),
         revision: Some(revision(&stored.version)),
     }
+}
+
+/// What the server's storage promises.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct StorageInfo {
+    /// The backend (`sqlite`, `postgres`, `mysql`, `redis`, `memory`).
+    pub backend: String,
+    /// `durable`, `unverified` (the settings could not be read) or `volatile` (opted in: a
+    /// restart of the storage can hand a held lock out again).
+    pub durability: String,
+    /// Concurrent conditional writes have exactly one winner.
+    pub linearizable_cas: bool,
+    /// The storage lives in the server process (`memory`): locks last as long as this one
+    /// server process and are not shared with other replicas.
+    pub server_local: bool,
+    /// The fencing floor (a decimal string): fresh locks start above it (sweeps raise it).
+    pub fencing_floor: String,
+}
+
+/// What the storage behind this server promises.
+#[utoipa::path(
+    get, path = "/v1/storage", tag = "locks",
+    responses((status = 200, body = StorageInfo), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody))
+)]
+pub(crate) async fn storage_info(
+    State(st): Shared,
+    _caller: Caller,
+) -> Result<Json<StorageInfo>, ApiError> {
+    let storage = st.locks.storage();
+    let caps = storage.capabilities();
+    let floor = storage
+        .fencing_floor()
+        .await
+        .map_err(storage_lock_core::LockError::from)?;
+    Ok(Json(StorageInfo {
+        backend: storage.name().to_owned(),
+        durability: match caps.durability {
+            storage_lock_core::Durability::Durable => "durable",
+            storage_lock_core::Durability::Volatile => "volatile",
+            _ => "unverified",
+        }
+        .to_owned(),
+        linearizable_cas: caps.linearizable_cas,
+        server_local: caps.process_local,
+        fencing_floor: floor.to_string(),
+    }))
 }
 
 /// `GET /healthz`: the process is up.

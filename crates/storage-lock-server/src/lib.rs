@@ -26,6 +26,7 @@
 //! | `POST /v1/locks/{name}/force-release` | admin: `{expected_fencing_token?, reason?}` |
 //! | `GET /v1/locks?prefix=&cursor=&limit=` | a page of locks |
 //! | `GET /v1/locks/{name}?wait_ms=&while=held` | one lock; blocking read with `wait_ms` |
+//! | `GET /v1/storage` | what the storage behind the server promises (durability, …) |
 //! | `GET /openapi.json` | the OpenAPI 3.1 document of all of the above |
 //! | `GET /metrics` | Prometheus text (when a recorder handle is given) |
 //! | `GET /healthz`, `GET /readyz` | the process is up · the storage answers |
@@ -155,6 +156,7 @@ impl Server {
             .routes(routes!(api::force_release))
             .routes(routes!(api::list))
             .routes(routes!(api::get))
+            .routes(routes!(api::storage_info))
     }
 
     /// The routes as an axum [`Router`], to serve or to nest in a larger application.

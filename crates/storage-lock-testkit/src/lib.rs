@@ -54,6 +54,53 @@ macro_rules! storage_lock_suites {
     };
 }
 
+/// Stamps the lock semantics suite for a **remote** storage (a client of a lock server, made by
+/// `$factory`), in a module `remote`. The storage conformance suite does not apply: a server
+/// exposes lock operations, not raw compare-and-set. Of the semantics cases, those that need
+/// reentrant holds are left out (the fencing case runs without its sweeps: the
+/// remote storage has no conditional delete); everything a
+/// [`storage_lock_core::DistributedLock`] promises is in.
+#[macro_export]
+macro_rules! storage_lock_remote_suite {
+    ($factory:path) => {
+        /// The lock semantics suite through a lock server.
+        mod remote {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__stamp! { { $factory().await };
+                semantics: [
+                    matrix_busy_until_wait_runs_out_returns_none,
+                    matrix_cancelled_wait_leaves_holder_intact,
+                    matrix_blank_name_rejected_before_storage,
+                    matrix_invalid_options_rejected_before_storage,
+                    matrix_lease_expiry_marks_handle_lost,
+                    matrix_renewal_failure_is_fail_closed,
+                    matrix_double_release_is_idempotent,
+                    matrix_fencing_strictly_increasing_across_release_expiry_and_sweep,
+                    matrix_same_key_twice_is_not_reentrant,
+                    checklist_provider_info_reports_process_locality,
+                    checklist_different_keys_do_not_block,
+                    checklist_released_handle_renew_returns_lost_without_state_change,
+                    checklist_failure_after_grant_releases_first,
+                    checklist_expires_at_is_storage_clock_plus_lease,
+                    checklist_unsafe_storage_is_refused,
+                    watchdog_keeps_lock_past_several_leases,
+                    watchdog_outage_turns_handle_lost_by_local_deadline,
+                    mutual_exclusion_under_contention,
+                    cancel_safety_dropped_acquires_leave_no_holder,
+                    handoff_on_release,
+                    waiter_acquires_when_holder_expires,
+                    dropped_handle_releases_in_background,
+                    events_are_emitted,
+                    waiting_acquire_rides_out_a_storage_outage,
+                    grant_with_a_lost_answer_is_adopted,
+                    huge_leases_work_or_fail_typed_without_holding,
+                ];
+            }
+        }
+    };
+}
+
 #[doc(hidden)]
 pub use storage_lock_core as __core;
 

@@ -1,0 +1,590 @@
+//! The Rust SDK of the storage-lock server.
+//!
+//! [`RemoteStorage`] speaks the server's HTTP API (`storage-lock serve`) and plugs into the
+//! same engine as every backend, so a [`RemoteLock`] is a [`storage_lock_core::DistributedLock`]
+//! with every guarantee of the contract, across the network:
+//!
+//! * **fencing token** from the server, strictly increasing per lock;
+//! * **local deadline** counted from an instant taken *before* the request was sent (minus the
+//!   safety margin), on the clock that counts suspended time — a paused client never believes
+//!   it holds a lock the server gave away;
+//! * **fail-closed renewal**: a renewal the server does not confirm turns the handle lost by its
+//!   local deadline; `lost()` completes;
+//! * **idempotent release**, release on drop, and **cancel safety**: a dropped acquire whose
+//!   grant lands anyway is released;
+//! * waiting without polling: a waiter long-polls the server (`GET …?wait_ms=&while=held`).
+//!
+//! Acquire retries are idempotent on the server (the owner id is the idempotency key): a
+//! request whose answer was lost, sent again by the engine with the same owner, gets the same
+//! hold back.
+//!
+//! Not available remotely: the storage primitives (`create` / `update` / `delete`: the server
+//! does not expose raw compare-and-set), hence `sweep` and `force_release` through the storage
+//! (use the server's admin route), and reentrant holds.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use storage_lock_core::DistributedLock;
+//!
+//! let locks = storage_lock_client::connect("http://127.0.0.1:7420").await?;
+//! if let Some(lock) = locks.try_acquire_for("deploy/prod", Duration::from_secs(5)).await? {
+//!     println!("holding with fencing token {}", lock.fencing_token());
+//!     lock.release().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! URL: `http://HOST:PORT[/PATH]` with an optional `?token=…`; without it the bearer token
+//! comes from `STORAGE_LOCK_TOKEN` if that is set. The token never appears in errors, logs or
+//! `Debug` output.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use storage_lock_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockError,
+    LockRecord, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError,
+    StorageLock, Stored, Timestamp, Version,
+};
+
+/// The environment variable the bearer token is read from when the URL has no `token=`.
+pub const TOKEN_ENV: &str = "STORAGE_LOCK_TOKEN";
+
+/// How long one request (other than a long poll) may take before it counts as failed.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one long poll of a waiter lasts (the server caps it at 30 s).
+const LONG_POLL: Duration = Duration::from_secs(25);
+
+const NAME: &str = "remote";
+
+/// A lock engine over a storage-lock server: what [`connect`] returns.
+pub type RemoteLock = StorageLock<RemoteStorage>;
+
+/// Connects to the server at `url` and builds the lock engine over it.
+///
+/// # Errors
+/// As [`RemoteStorage::connect`].
+///
+/// # Examples
+/// See the crate docs.
+pub async fn connect(url: &str) -> Result<RemoteLock, LockError> {
+    let storage = RemoteStorage::connect(url).await?;
+    StorageLock::new(storage)
+}
+
+/// The server's HTTP API as a [`Storage`] (see the crate docs for what it supports).
+#[derive(Clone)]
+pub struct RemoteStorage {
+    http: reqwest::Client,
+    /// `http://host:port[/path]` without a trailing slash, query or credentials.
+    base: String,
+    token: Option<String>,
+    capabilities: Capabilities,
+}
+
+impl fmt::Debug for RemoteStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteStorage")
+            .field("base", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: String,
+    message: String,
+    expires_in_ms: Option<u64>,
+    holder: Option<Holder>,
+}
+
+#[derive(Deserialize)]
+struct Holder {
+    host: String,
+    pid: u32,
+    note: Option<String>,
+}
+
+impl From<Holder> for HolderInfo {
+    fn from(h: Holder) -> Self {
+        Self {
+            host: h.host,
+            pid: h.pid,
+            note: h.note,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct StorageInfo {
+    durability: String,
+    linearizable_cas: bool,
+    fencing_floor: String,
+}
+
+#[derive(Deserialize)]
+struct Hold {
+    fencing_token: String,
+    expires_in_ms: u64,
+}
+
+#[derive(Deserialize)]
+struct Released {
+    released: bool,
+}
+
+#[derive(Deserialize)]
+struct LockInfo {
+    name: String,
+    state: String,
+    fencing_token: Option<String>,
+    holder: Option<Holder>,
+    acquired_at: Option<String>,
+    expires_at: Option<String>,
+    expires_in_ms: Option<u64>,
+    revision: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LockList {
+    locks: Vec<LockInfo>,
+    next_cursor: Option<String>,
+}
+
+/// A request's failure, before it is mapped to a [`StorageError`].
+enum Failure {
+    /// The server answered with this status and body.
+    Status(StatusCode, ErrorBody),
+    /// No usable answer (connection, timeout, malformed body): the outcome is unknown.
+    Transport(StorageError),
+}
+
+fn now_ts() -> Timestamp {
+    let ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    Timestamp::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+fn parse_ts(s: Option<&str>) -> Option<Timestamp> {
+    let t = humantime::parse_rfc3339(s?).ok()?;
+    let ms = t.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_millis();
+    Some(Timestamp::from_millis(u64::try_from(ms).ok()?))
+}
+
+fn corrupt(key: &str, reason: &str) -> StorageError {
+    StorageError::Corrupt {
+        key: key.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn fencing(key: &str, s: &str) -> Result<u64, StorageError> {
+    s.parse()
+        .map_err(|_| corrupt(key, "fencing token is not a u64"))
+}
+
+/// Every byte but the unreserved ones percent-encoded: a lock name is one path segment.
+fn segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl RemoteStorage {
+    /// Connects to the server at `url` (`http://HOST:PORT[/PATH][?token=…]`) and reads what its
+    /// storage promises (`GET /v1/storage`), which also checks that it is reachable and that
+    /// the token is accepted.
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for a malformed URL, an unknown option or a refused token;
+    /// [`StorageError::Backend`] if the server cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self, StorageError> {
+        let bad =
+            |reason: &str| StorageError::config(NAME, format!("invalid server URL: {reason}"));
+        let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        if parsed.scheme() != "http" {
+            return Err(bad(
+                "only http:// is supported (put TLS in front with a proxy)",
+            ));
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(bad(
+                "send the token as ?token=… or $STORAGE_LOCK_TOKEN, not in the authority",
+            ));
+        }
+        let mut token = None;
+        for (k, v) in parsed.query_pairs() {
+            match &*k {
+                "token" => token = Some(v.into_owned()),
+                other => return Err(bad(&format!("unknown option {other:?} (known: token)"))),
+            }
+        }
+        let token = token
+            .or_else(|| std::env::var(TOKEN_ENV).ok())
+            .filter(|t| !t.is_empty());
+        let host = parsed.host_str().ok_or_else(|| bad("no host"))?;
+        let port = parsed.port_or_known_default().unwrap_or(80);
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        let base = format!(
+            "http://{host}:{port}{}",
+            parsed.path().trim_end_matches('/')
+        );
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| StorageError::backend(NAME, "connect", e))?;
+        let mut storage = Self {
+            http,
+            base,
+            token,
+            capabilities: Capabilities::linearizable(),
+        };
+        let info: StorageInfo = storage
+            .call(Method::GET, "/v1/storage", None, REQUEST_TIMEOUT)
+            .await
+            .map_err(|f| storage.fail(f, "connect"))?;
+        let durability = match info.durability.as_str() {
+            "durable" => Durability::Durable,
+            "volatile" => Durability::Volatile,
+            _ => Durability::Unverified,
+        };
+        storage.capabilities = Capabilities::linearizable()
+            .with_durability(durability)
+            .with_change_notifications(true)
+            .with_linearizable_cas(info.linearizable_cas);
+        Ok(storage)
+    }
+
+    /// The server's base URL (no token).
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<T, Failure> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .timeout(timeout);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let transport = |op: &'static str, e: reqwest::Error| {
+            // reqwest errors carry the URL, never the bearer header.
+            Failure::Transport(StorageError::backend(NAME, op, e.without_url()))
+        };
+        let res = req.send().await.map_err(|e| transport("request", e))?;
+        let status = res.status();
+        let bytes = res.bytes().await.map_err(|e| transport("response", e))?;
+        if status.is_success() {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| Failure::Transport(StorageError::backend(NAME, "response", e)))
+        } else {
+            let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| ErrorBody {
+                error: "unknown".into(),
+                message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
+                expires_in_ms: None,
+                holder: None,
+            });
+            Err(Failure::Status(status, body))
+        }
+    }
+
+    /// Maps a failure that is not an expected outcome: 4xx is a configuration problem (bad
+    /// token, bad input: retrying will not help), 5xx and transport errors are the storage's.
+    fn fail(&self, f: Failure, op: &'static str) -> StorageError {
+        match f {
+            Failure::Transport(e) => e,
+            Failure::Status(status, body) if status.is_client_error() => StorageError::config(
+                NAME,
+                format!("server refused {op} ({}): {}", body.error, body.message),
+            ),
+            Failure::Status(status, body) => StorageError::backend(
+                NAME,
+                op,
+                format!("server answered {status}: {}: {}", body.error, body.message),
+            ),
+        }
+    }
+
+    async fn floor(&self) -> Result<Option<Stored>, StorageError> {
+        let info: StorageInfo = self
+            .call(Method::GET, "/v1/storage", None, REQUEST_TIMEOUT)
+            .await
+            .map_err(|f| self.fail(f, "get"))?;
+        let floor = fencing("fencing floor", &info.fencing_floor)?;
+        let now = now_ts();
+        Ok((floor > 0).then(|| Stored {
+            record: LockRecord {
+                owner: OwnerId::NOBODY,
+                count: 0,
+                fencing: floor,
+                acquired_at: now,
+                expires_at: now,
+                holder: None,
+            },
+            version: Version::from_u64(floor),
+        }))
+    }
+
+    fn lock_path(name: &str, action: &str) -> String {
+        format!("/v1/locks/{}{action}", segment(name))
+    }
+
+    fn stored(
+        &self,
+        info: LockInfo,
+        now: Timestamp,
+    ) -> Result<Option<(String, Stored)>, StorageError> {
+        let Some(token) = info.fencing_token.as_deref() else {
+            return Ok(None);
+        };
+        let fencing = fencing(&info.name, token)?;
+        let held = info.state == "held";
+        // Times of a held lock are counted on this host's clock from the server's durations,
+        // so that `now()` (this host's clock) and the record agree; a free record's expiry is
+        // in the past whatever the clocks say.
+        let expires_at = match info.expires_in_ms {
+            Some(left) if held => now.saturating_add(Duration::from_millis(left)),
+            _ => parse_ts(info.expires_at.as_deref()).map_or(now, |t| t.min(now)),
+        };
+        let record = LockRecord {
+            owner: OwnerId::NOBODY, // the server never shows owners
+            count: u32::from(info.state != "released"),
+            fencing,
+            acquired_at: parse_ts(info.acquired_at.as_deref()).unwrap_or(now),
+            expires_at,
+            holder: info.holder.map(|h| HolderInfo::from(h).into()),
+        };
+        let version = Version::from_text(info.revision.unwrap_or_default());
+        Ok(Some((info.name, Stored { record, version })))
+    }
+}
+
+#[async_trait]
+impl Storage for RemoteStorage {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    /// This host's clock: every time the server sends is turned into one on this clock through
+    /// the durations it carries, so no two clocks are ever compared.
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        Ok(now_ts())
+    }
+
+    /// A lock's record as the server shows it (owner hidden: [`OwnerId::NOBODY`]). The fencing
+    /// floor's reserved key is served from `GET /v1/storage`.
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        if key == storage_lock_core::storage::ops::FENCING_FLOOR_KEY {
+            return self.floor().await;
+        }
+        let info: LockInfo = self
+            .call(
+                Method::GET,
+                &Self::lock_path(key, ""),
+                None,
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map_err(|f| self.fail(f, "get"))?;
+        Ok(self.stored(info, now_ts())?.map(|(_, s)| s))
+    }
+
+    async fn create(&self, _key: &str, _record: &LockRecord) -> Result<Version, StorageError> {
+        Err(StorageError::Unsupported {
+            backend: NAME.into(),
+            operation: "create (the server does not expose raw compare-and-set)",
+        })
+    }
+
+    async fn update(
+        &self,
+        _key: &str,
+        _expected: &Version,
+        _record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        Err(StorageError::Unsupported {
+            backend: NAME.into(),
+            operation: "update (the server does not expose raw compare-and-set)",
+        })
+    }
+
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let limit = page.effective_limit().clamp(1, 1000).to_string();
+        let mut query = vec![("prefix", prefix), ("limit", limit.as_str())];
+        if let Some(after) = &page.after {
+            query.push(("cursor", after));
+        }
+        let qs: Vec<String> = query
+            .iter()
+            .map(|(k, v)| format!("{k}={}", segment(v)))
+            .collect();
+        let list: LockList = self
+            .call(
+                Method::GET,
+                &format!("/v1/locks?{}", qs.join("&")),
+                None,
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map_err(|f| self.fail(f, "list"))?;
+        let now = now_ts();
+        let mut entries = Vec::with_capacity(list.locks.len());
+        for info in list.locks {
+            entries.extend(self.stored(info, now)?);
+        }
+        Ok(Page {
+            entries,
+            next: list.next_cursor,
+        })
+    }
+
+    async fn acquire_once(
+        &self,
+        key: &str,
+        req: &AcquireRequest,
+    ) -> Result<AcquireOutcome, StorageError> {
+        if req.reentrant {
+            return Err(StorageError::Unsupported {
+                backend: NAME.into(),
+                operation: "reentrant acquire",
+            });
+        }
+        let mut body = serde_json::json!({
+            "lease_ms": u64::try_from(req.lease.as_millis()).unwrap_or(u64::MAX),
+            "owner": format!("{:032x}", req.owner.as_u128()),
+        });
+        if let Some(h) = &req.holder {
+            body["holder"] = serde_json::json!({"host": h.host, "pid": h.pid});
+            if let Some(note) = &h.note {
+                body["note"] = note.clone().into();
+            }
+        }
+        let sent = now_ts();
+        match self
+            .call::<Hold>(
+                Method::POST,
+                &Self::lock_path(key, "/acquire"),
+                Some(body),
+                REQUEST_TIMEOUT,
+            )
+            .await
+        {
+            Ok(hold) => Ok(AcquireOutcome::Acquired {
+                fencing: fencing(key, &hold.fencing_token)?,
+                count: 1,
+                // Counted from before the request left: never later than the server's expiry.
+                expires_at: sent.saturating_add(Duration::from_millis(hold.expires_in_ms)),
+            }),
+            Err(Failure::Status(StatusCode::CONFLICT, busy)) => {
+                let now = now_ts();
+                Ok(AcquireOutcome::Busy {
+                    expires_at: now
+                        .saturating_add(Duration::from_millis(busy.expires_in_ms.unwrap_or(0))),
+                    now,
+                    holder: busy.holder.map(|h| HolderInfo::from(h).into()),
+                })
+            }
+            Err(f) => Err(self.fail(f, "acquire")),
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: &str,
+        owner: OwnerId,
+        lease: Duration,
+    ) -> Result<RenewOutcome, StorageError> {
+        let body = serde_json::json!({
+            "lease_ms": u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+            "owner": format!("{:032x}", owner.as_u128()),
+        });
+        let sent = now_ts();
+        match self
+            .call::<serde_json::Value>(
+                Method::POST,
+                &Self::lock_path(key, "/renew"),
+                Some(body),
+                REQUEST_TIMEOUT,
+            )
+            .await
+        {
+            Ok(_) => Ok(RenewOutcome::Renewed {
+                expires_at: sent.saturating_add(lease),
+            }),
+            Err(Failure::Status(StatusCode::GONE, _)) => Ok(RenewOutcome::NotHeld),
+            Err(f) => Err(self.fail(f, "renew")),
+        }
+    }
+
+    async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let body = serde_json::json!({ "owner": format!("{:032x}", owner.as_u128()) });
+        let r: Released = self
+            .call(
+                Method::POST,
+                &Self::lock_path(key, "/release"),
+                Some(body),
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map_err(|f| self.fail(f, "release"))?;
+        Ok(if r.released {
+            ReleaseOutcome::Released { remaining: 0 }
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
+    /// A long poll that completes when the lock is (or becomes) free: it is sent only when the
+    /// engine starts waiting, after its attempt found the lock busy, and returns at once if the
+    /// lock was freed in between — no wake-up is lost.
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        let this = self.clone();
+        let path = format!(
+            "{}?wait_ms={}&while=held",
+            Self::lock_path(key, ""),
+            LONG_POLL.as_millis()
+        );
+        Ok(ChangeWait::new(async move {
+            let r = this
+                .call::<serde_json::Value>(Method::GET, &path, None, LONG_POLL + REQUEST_TIMEOUT)
+                .await;
+            if r.is_err() {
+                // The server is unreachable: let the engine's own retry pacing take over.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }))
+    }
+}

@@ -1,0 +1,58 @@
+//! The lock semantics suite through a real server on loopback: `RemoteStorage` (HTTP) →
+//! `storage-lock-server` → memory, SQLite and PostgreSQL (`STORAGE_LOCK_POSTGRES_URL`, set by
+//! `scripts/services.sh`). Each test starts its own server on a spare port.
+
+use std::sync::Arc;
+
+use storage_lock_client::RemoteStorage;
+use storage_lock_core::{MemoryStorage, Storage, StorageLock};
+use storage_lock_server::Server;
+
+/// Serves `storage` on a spare loopback port for the rest of the test and connects to it.
+async fn serve(storage: Arc<dyn Storage>) -> RemoteStorage {
+    let locks = StorageLock::builder_arc(storage)
+        .build()
+        .expect("storage passes the gate");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(Server::new(locks).serve(listener, std::future::pending()));
+    RemoteStorage::connect(&format!("http://{addr}"))
+        .await
+        .expect("connect to the server")
+}
+
+mod memory {
+    async fn storage() -> storage_lock_client::RemoteStorage {
+        super::serve(std::sync::Arc::new(super::MemoryStorage::new())).await
+    }
+    storage_lock_testkit::storage_lock_remote_suite!(storage);
+}
+
+mod sqlite {
+    async fn storage() -> storage_lock_client::RemoteStorage {
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let s = storage_lock_sql::SqliteStorage::open(dir.join("locks.db"))
+            .await
+            .expect("open SQLite");
+        super::serve(std::sync::Arc::new(s)).await
+    }
+    storage_lock_testkit::storage_lock_remote_suite!(storage);
+}
+
+mod postgres {
+    async fn storage() -> storage_lock_client::RemoteStorage {
+        let url = std::env::var("STORAGE_LOCK_POSTGRES_URL").expect(
+            "STORAGE_LOCK_POSTGRES_URL must name a PostgreSQL server (run scripts/test.sh)",
+        );
+        let s = storage_lock_sql::PostgresStorage::builder()
+            .url(url)
+            .table("storage_lock_remote_suite")
+            .open()
+            .await
+            .expect("connect to PostgreSQL");
+        super::serve(std::sync::Arc::new(s)).await
+    }
+    storage_lock_testkit::storage_lock_remote_suite!(storage);
+}
