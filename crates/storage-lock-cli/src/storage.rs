@@ -127,6 +127,7 @@ const NETWORK_SCHEMES: &[&str] = &[
     "mariadb",
     "redis",
     "rediss",
+    "http",
 ];
 
 /// Rejects malformed network URLs as usage errors before a driver sees them (a driver reports
@@ -243,4 +244,9 @@ mod tests {
         assert_eq!(describe_url("redis://:pw@h/"), "redis://:***@h/");
         assert!(describe_url("sqlite://rel.db").starts_with("sqlite:///"));
     }
+}
+
+/// Whether `storage` shows who owns a record (a lock server keeps owners secret).
+pub fn shows_owners(storage: &dyn Storage) -> bool {
+    storage.name() != "remote"
 }

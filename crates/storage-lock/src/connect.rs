@@ -58,6 +58,8 @@ const SCHEMES: &[(&str, Opener)] = &[
     ("redis", open_redis),
     #[cfg(feature = "redis")]
     ("rediss", open_redis),
+    #[cfg(feature = "http")]
+    ("http", open_http),
 ];
 
 /// The URL schemes this build can open.
@@ -335,5 +337,13 @@ fn open_redis(url: String) -> Opened {
             };
         }
         Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+#[cfg(feature = "http")]
+fn open_http(url: String) -> Opened {
+    Box::pin(async move {
+        let storage = storage_lock_client::RemoteStorage::connect(&url).await?;
+        Ok(Arc::new(storage) as Arc<dyn Storage>)
     })
 }

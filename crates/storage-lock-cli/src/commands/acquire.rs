@@ -49,7 +49,9 @@ pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Resul
         progress::enabled(quiet),
         opened.storage.as_ref(),
         &args.name,
-        opened.locks.lock_reentrant(&args.name, owner, &options),
+        opened
+            .locks
+            .acquire_as(&args.name, owner, &options, Some(script_holder())),
     )
     .await
     .map_err(|e| Failure::lock("cannot acquire the lock", &e))?;
@@ -81,7 +83,7 @@ pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Resul
     };
     if let Err(e) = printed {
         // Nobody could ever release a hold whose token was not delivered: undo it.
-        let _ = opened.locks.unlock_reentrant(&token.name, owner).await;
+        let _ = opened.locks.release_as(&token.name, owner).await;
         return Err(Failure::new(
             exit::INTERNAL,
             format!("cannot print the lease token (the lock was released again): {e}"),
@@ -98,7 +100,7 @@ pub async fn renew(args: RenewArgs, url: Option<&str>, quiet: bool) -> Result<u8
     let opened = storage::open(url, script_holder(), quiet).await?;
     let expires_at = opened
         .locks
-        .renew_reentrant(&token.name, token.owner, lease)
+        .renew_as(&token.name, token.owner, lease)
         .await
         .map_err(|e| Failure::lock("cannot renew the lock", &e))?
         .ok_or_else(|| not_held(&token))?;
@@ -127,26 +129,22 @@ pub async fn release(args: ReleaseArgs, url: Option<&str>, quiet: bool) -> Resul
     }
     let token = parse(&args.token)?;
     let opened = storage::open(url, script_holder(), quiet).await?;
-    let live = opened
-        .locks
-        .fencing_token(&token.name, token.owner)
-        .await
-        .map_err(|e| Failure::lock("cannot read the lock", &e))?;
-    if live != Some(token.fencing) {
-        // Still tidy up an expired record of this owner (a no-op if someone else holds it).
-        let _ = opened
+    // A lock server never shows owners: there the release's own answer is all we learn.
+    if storage::shows_owners(opened.storage.as_ref()) {
+        let live = opened
             .locks
-            .unlock_reentrant(&token.name, token.owner)
-            .await;
-        return Err(not_held(&token));
+            .fencing_token(&token.name, token.owner)
+            .await
+            .map_err(|e| Failure::lock("cannot read the lock", &e))?;
+        if live != Some(token.fencing) {
+            // Still tidy up an expired record of this owner (a no-op if someone else holds it).
+            let _ = opened.locks.release_as(&token.name, token.owner).await;
+            return Err(not_held(&token));
+        }
     }
-    match opened
-        .locks
-        .unlock_reentrant(&token.name, token.owner)
-        .await
-    {
-        Ok(_) => Ok(0),
-        Err(storage_lock::LockError::NotHeld { .. }) => Err(not_held(&token)),
+    match opened.locks.release_as(&token.name, token.owner).await {
+        Ok(true) => Ok(0),
+        Ok(false) => Err(not_held(&token)),
         Err(e) => Err(Failure::lock("cannot release the lock", &e)),
     }
 }

@@ -89,13 +89,18 @@ impl StorageError {
     }
 }
 
-/// The URL with any password replaced by `***`, for errors, logs and `Debug` output: backends
-/// and tools never show a connection URL any other way.
+/// The URL with any password — in the authority, or a `token` / `password` query option —
+/// replaced by `***`, for errors, logs and `Debug` output: backends and tools never show a
+/// connection URL any other way.
 ///
 /// ```
 /// assert_eq!(
 ///     storage_lock_core::redact_url("postgres://app:s3cret@db:5432/locks"),
 ///     "postgres://app:***@db:5432/locks"
+/// );
+/// assert_eq!(
+///     storage_lock_core::redact_url("http://locks:7420?token=s3cret&x=1"),
+///     "http://locks:7420?token=***&x=1"
 /// );
 /// ```
 pub fn redact_url(url: &str) -> String {
@@ -104,6 +109,7 @@ pub fn redact_url(url: &str) -> String {
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
+    let tail = redact_query(tail);
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
@@ -114,6 +120,31 @@ pub fn redact_url(url: &str) -> String {
             };
             format!("{scheme}://{masked}@{host}{tail}")
         }
-        None => url.to_owned(),
+        None => format!("{scheme}://{authority}{tail}"),
     }
+}
+
+/// `path?query#fragment` with the values of secret query options masked.
+fn redact_query(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_owned();
+    };
+    let (query, fragment) = query
+        .split_once('#')
+        .map_or((query, None), |(q, f)| (q, Some(f)));
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if matches!(k.to_ascii_lowercase().as_str(), "token" | "password") => {
+                format!("{k}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    let mut out = format!("{path}?{}", pairs.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
 }
