@@ -129,16 +129,13 @@ impl From<LockError> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
-        let status = r.status();
-        let code = match status {
-            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-            _ => "invalid_body",
-        };
-        let status = if status.is_client_error() {
-            status
-        } else {
-            StatusCode::BAD_REQUEST
+        // Syntax and shape errors alike are 400 `invalid_body`.
+        let (status, code) = match r.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            _ => (StatusCode::BAD_REQUEST, "invalid_body"),
         };
         Self::new(status, code, r.body_text())
     }

@@ -113,9 +113,9 @@ pub struct Server {
 impl Server {
     /// A server for `locks`, without auth (anyone reaching the port may lock anything; the
     /// `serve` command refuses that on non-loopback addresses) and without `/metrics`.
-    pub fn new(locks: StorageLock) -> Self {
+    pub fn new(locks: impl Into<StorageLock>) -> Self {
         Self {
-            locks,
+            locks: locks.into(),
             auth: None,
             metrics: None,
         }

@@ -92,6 +92,17 @@ impl<S: Storage> StorageLock<S> {
     }
 }
 
+/// Erases the storage type: `StorageLock<MyStorage>` → `StorageLock` (`StorageLock<dyn Storage>`),
+/// sharing the storage, the settings and the event channel.
+impl<S: Storage> From<StorageLock<S>> for StorageLock {
+    fn from(locks: StorageLock<S>) -> Self {
+        Self {
+            storage: locks.storage,
+            shared: locks.shared,
+        }
+    }
+}
+
 impl<S: Storage + ?Sized> StorageLock<S> {
     /// A builder over a shared storage.
     pub fn builder_arc(storage: Arc<S>) -> StorageLockBuilder<S> {

@@ -1,0 +1,654 @@
+//! The HTTP API against a real server on loopback (memory storage, or a fault-injecting wrapper
+//! of it): error bodies for bad input with nothing held, idempotent acquires, lost reasons,
+//! long polls and their cancellation, blocking reads, the auth matrix, metrics and OpenAPI.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use storage_lock_core::fault::FaultyStorage;
+use storage_lock_core::{MemoryStorage, Storage, StorageLock};
+use storage_lock_server::{Auth, Server, hash_token};
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    token: Option<&'static str>,
+}
+
+impl Api {
+    async fn start(storage: Arc<dyn Storage>, auth: Option<Auth>) -> Self {
+        let locks = StorageLock::builder_arc(storage).build().unwrap();
+        let mut server = Server::new(locks);
+        if let Some(auth) = auth {
+            server = server.auth(auth);
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(server.serve(listener, std::future::pending()));
+        Self {
+            base,
+            http: reqwest::Client::new(),
+            token: None,
+        }
+    }
+
+    async fn memory() -> Self {
+        Self::start(Arc::new(MemoryStorage::new()), None).await
+    }
+
+    fn as_token(&self, token: Option<&'static str>) -> Self {
+        Self {
+            base: self.base.clone(),
+            http: self.http.clone(),
+            token,
+        }
+    }
+
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.request(method, format!("{}{path}", self.base));
+        match self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let res = self
+            .req(reqwest::Method::POST, path)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = res.status();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let res = self.req(reqwest::Method::GET, path).send().await.unwrap();
+        let status = res.status();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn acquire(&self, name: &str, body: Value) -> (StatusCode, Value) {
+        self.post(&format!("/v1/locks/{name}/acquire"), body).await
+    }
+
+    /// Every lock's (name, state, fencing token), as the list shows them.
+    async fn snapshot(&self) -> Vec<(String, String, String)> {
+        let (status, list) = self.as_token(None).get("/v1/locks").await;
+        assert_eq!(status, StatusCode::OK, "{list}");
+        list["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap().to_owned(),
+                    l["state"].as_str().unwrap().to_owned(),
+                    l["fencing_token"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn assert_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
+    assert_eq!(status, want, "{body}");
+    assert_eq!(body["error"], code, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_a_4xx_with_the_error_body_and_holds_nothing() {
+    let api = Api::memory().await;
+    let url = |n: &str| format!("{}/v1/locks/{n}/acquire", api.base);
+    // Not JSON, wrong content type, too large, truncated.
+    let raw = |body: &'static str, ctype: Option<&'static str>| {
+        let mut r = api.http.post(url("a")).body(body);
+        if let Some(c) = ctype {
+            r = r.header("content-type", c);
+        }
+        r
+    };
+    for (req, want, code) in [
+        (
+            raw("{\"lease_ms\":", Some("application/json")),
+            400,
+            "invalid_body",
+        ),
+        (
+            raw("lease_ms=5", Some("application/x-www-form-urlencoded")),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            raw("{\"lease_ms\":1000}", None),
+            415,
+            "unsupported_media_type",
+        ),
+        (raw("[1,2]", Some("application/json")), 400, "invalid_body"),
+    ] {
+        let res = req.send().await.unwrap();
+        let status = res.status();
+        let body: Value = res.json().await.unwrap();
+        assert_error(status, &body, StatusCode::from_u16(want).unwrap(), code);
+    }
+    let huge = format!(
+        "{{\"lease_ms\":1000,\"note\":\"{}\"}}",
+        "x".repeat(70 * 1024)
+    );
+    let res = api
+        .http
+        .post(url("a"))
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    assert_error(
+        status,
+        &res.json().await.unwrap(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+    );
+    for (name, body, code) in [
+        (
+            "a",
+            json!({"lease_ms": 1000, "colour": "red"}),
+            "invalid_body",
+        ),
+        ("a", json!({"lease_ms": "1000"}), "invalid_body"),
+        ("a", json!({"wait_ms": 10}), "invalid_body"),
+        ("a", json!({"lease_ms": 0}), "lease_out_of_range"),
+        ("a", json!({"lease_ms": u64::MAX}), "lease_out_of_range"),
+        (
+            "a",
+            json!({"lease_ms": 1000, "wait_ms": 30_001}),
+            "invalid_options",
+        ),
+        (
+            "a",
+            json!({"lease_ms": 1000, "owner": "xyz"}),
+            "invalid_owner",
+        ),
+        (
+            "a",
+            json!({"lease_ms": 1000, "owner": "0".repeat(32)}),
+            "invalid_owner",
+        ),
+        (
+            "a",
+            json!({"lease_ms": 1000, "note": "n".repeat(2000)}),
+            "invalid_options",
+        ),
+        ("%01ctl", json!({"lease_ms": 1000}), "invalid_name"),
+        ("%20", json!({"lease_ms": 1000}), "invalid_name"),
+        (&"n".repeat(300), json!({"lease_ms": 1000}), "invalid_name"),
+        ("%FF", json!({"lease_ms": 1000}), "invalid_name"),
+    ] {
+        let (status, body) = api.acquire(name, body).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, code);
+    }
+    for (path, body, code) in [
+        (
+            "/v1/locks/a/renew",
+            json!({"owner": "zz", "lease_ms": 5}),
+            "invalid_owner",
+        ),
+        (
+            "/v1/locks/a/renew",
+            json!({"owner": "1".repeat(32), "lease_ms": 0}),
+            "lease_out_of_range",
+        ),
+        ("/v1/locks/a/release", json!({}), "invalid_body"),
+        (
+            "/v1/locks/a/force-release",
+            json!({"expected_fencing_token": "-1"}),
+            "invalid_options",
+        ),
+    ] {
+        let (status, body) = api.post(path, body).await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, code);
+    }
+    for (path, want, code) in [
+        ("/v1/locks?limit=0", 400, "invalid_query"),
+        ("/v1/locks?limit=abc", 400, "invalid_query"),
+        ("/v1/locks?bogus=1", 400, "invalid_query"),
+        ("/v1/locks/a?wait_ms=99999999", 400, "invalid_options"),
+        ("/v1/locks/a?while=free", 400, "invalid_query"),
+        ("/v2/nothing", 404, "not_found"),
+    ] {
+        let (status, body) = api.get(path).await;
+        assert_error(status, &body, StatusCode::from_u16(want).unwrap(), code);
+    }
+    let res = api
+        .http
+        .delete(format!("{}/v1/locks", api.base))
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    assert_error(
+        status,
+        &res.json().await.unwrap(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
+    assert!(api.snapshot().await.is_empty(), "nothing may be held");
+}
+
+#[tokio::test]
+async fn acquire_retried_with_the_same_owner_returns_the_same_hold() {
+    let api = Api::memory().await;
+    let owner = "0123456789abcdef0123456789abcdef";
+    let (s1, h1) = api
+        .acquire("jobs%2F1", json!({"lease_ms": 30_000, "owner": owner}))
+        .await;
+    assert_eq!(s1, StatusCode::OK, "{h1}");
+    assert_eq!(h1["name"], "jobs/1");
+    assert_eq!(h1["owner"], owner);
+    assert!(
+        h1["fencing_token"].is_string(),
+        "fencing tokens are strings: {h1}"
+    );
+    let (s2, h2) = api
+        .acquire("jobs%2F1", json!({"lease_ms": 30_000, "owner": owner}))
+        .await;
+    assert_eq!(s2, StatusCode::OK, "{h2}");
+    assert_eq!(h1["fencing_token"], h2["fencing_token"]);
+    // Not a reentrant level: one release frees it.
+    let (_, r) = api
+        .post("/v1/locks/jobs%2F1/release", json!({"owner": owner}))
+        .await;
+    assert_eq!(r["released"], true);
+    let (_, r) = api
+        .post("/v1/locks/jobs%2F1/release", json!({"owner": owner}))
+        .await;
+    assert_eq!(r["released"], false, "a retried release is harmless");
+    let (s3, h3) = api.acquire("jobs%2F1", json!({"lease_ms": 30_000})).await;
+    assert_eq!(s3, StatusCode::OK, "{h3}");
+    let t = |h: &Value| h["fencing_token"].as_str().unwrap().parse::<u64>().unwrap();
+    assert!(t(&h3) > t(&h1));
+    // Someone else is told who holds it, for how long, and when to come back.
+    let res = api
+        .http
+        .post(format!("{}/v1/locks/jobs%2F1/acquire", api.base))
+        .json(&json!({"lease_ms": 1000, "note": "other"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CONFLICT);
+    let retry_after: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=30).contains(&retry_after), "{retry_after}");
+    let busy: Value = res.json().await.unwrap();
+    assert_eq!(busy["error"], "busy");
+    assert!(busy["holder"]["pid"].is_number(), "{busy}");
+    assert!(busy["expires_in_ms"].as_u64().unwrap() <= 30_000);
+}
+
+#[tokio::test]
+async fn renew_says_why_a_hold_is_gone() {
+    let api = Api::memory().await;
+    let take = |lease: u64| {
+        let api = &api;
+        async move {
+            let (s, h) = api.acquire("why", json!({"lease_ms": lease})).await;
+            assert_eq!(s, StatusCode::OK, "{h}");
+            h["owner"].as_str().unwrap().to_owned()
+        }
+    };
+    let renew = |owner: String| {
+        let api = &api;
+        async move {
+            api.post(
+                "/v1/locks/why/renew",
+                json!({"owner": owner, "lease_ms": 1000}),
+            )
+            .await
+        }
+    };
+    let a = take(30_000).await;
+    let (s, r) = renew(a.clone()).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(r["expires_in_ms"], 1000);
+    api.post("/v1/locks/why/release", json!({"owner": a})).await;
+    let (s, r) = renew(a).await;
+    assert_error(s, &r, StatusCode::GONE, "lost");
+    assert_eq!(r["reason"], "released");
+
+    let b = take(50).await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let (_, r) = renew(b.clone()).await;
+    assert_eq!(r["reason"], "expired", "{r}");
+    let c = take(30_000).await;
+    let (_, r) = renew(b).await;
+    assert_eq!(r["reason"], "taken_over", "{r}");
+
+    let (s, f) = api
+        .post("/v1/locks/why/force-release", json!({"reason": "test"}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{f}");
+    assert_eq!(f["released"], true);
+    let (_, r) = renew(c).await;
+    assert_eq!(r["reason"], "force_released", "{r}");
+    // The fencing token still moves forward.
+    let (_, next) = api.acquire("why", json!({"lease_ms": 1000})).await;
+    let t = |v: &Value| v.as_str().unwrap().parse::<u64>().unwrap();
+    assert!(t(&next["fencing_token"]) > t(&f["fencing_token"]));
+    // Force-release of an older token changes nothing.
+    let (_, f2) = api
+        .post(
+            "/v1/locks/why/force-release",
+            json!({"expected_fencing_token": f["fencing_token"]}),
+        )
+        .await;
+    assert_eq!(f2["released"], false);
+}
+
+#[tokio::test]
+async fn long_poll_hands_off_and_a_disconnected_waiter_leaves_nothing_held() {
+    let api = Api::memory().await;
+    let (_, h) = api.acquire("lp", json!({"lease_ms": 60_000})).await;
+    let owner = h["owner"].as_str().unwrap().to_owned();
+    // A waiter that gives up (disconnects) after 200 ms.
+    let quitter = api
+        .http
+        .post(format!("{}/v1/locks/lp/acquire", api.base))
+        .timeout(Duration::from_millis(200))
+        .json(&json!({"lease_ms": 60_000, "wait_ms": 20_000}))
+        .send()
+        .await;
+    assert!(quitter.is_err(), "the client timed out");
+    // A waiter that stays gets the lock as soon as it is released.
+    let waiter = {
+        let http = api.http.clone();
+        let url = format!("{}/v1/locks/lp/acquire", api.base);
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let res = http
+                .post(url)
+                .json(&json!({"lease_ms": 60_000, "wait_ms": 20_000}))
+                .send()
+                .await
+                .unwrap();
+            (
+                res.status(),
+                res.json::<Value>().await.unwrap(),
+                started.elapsed(),
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    api.post("/v1/locks/lp/release", json!({"owner": owner}))
+        .await;
+    let (status, hold, waited) = waiter.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{hold}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "handed off by notification: {waited:?}"
+    );
+    // The quitter's wait was cancelled: the stayer holds it, and after its release it is free.
+    api.post("/v1/locks/lp/release", json!({"owner": hold["owner"]}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, info) = api.get("/v1/locks/lp").await;
+    assert_eq!(info["state"], "released", "nobody may hold it: {info}");
+}
+
+#[tokio::test]
+async fn blocking_reads_return_on_change_or_when_free() {
+    let api = Api::memory().await;
+    let (_, h) = api.acquire("br", json!({"lease_ms": 60_000})).await;
+    let reader = {
+        let http = api.http.clone();
+        let url = format!("{}/v1/locks/br?wait_ms=10000&while=held", api.base);
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let v: Value = http.get(url).send().await.unwrap().json().await.unwrap();
+            (v, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    api.post("/v1/locks/br/release", json!({"owner": h["owner"]}))
+        .await;
+    let (info, waited) = reader.await.unwrap();
+    assert_eq!(info["state"], "released");
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    // Free: `while=held` answers at once; a plain blocking read waits for a change.
+    let started = tokio::time::Instant::now();
+    api.get("/v1/locks/br?wait_ms=10000&while=held").await;
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let started = tokio::time::Instant::now();
+    let (_, info) = api.get("/v1/locks/br?wait_ms=300").await;
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(info["state"], "released");
+}
+
+fn auth() -> Auth {
+    let toml = format!(
+        r#"
+[[token]]
+name = "reader"
+sha256 = "{}"
+grants = [{{ prefix = "", allow = "read" }}]
+[[token]]
+name = "team-a"
+sha256 = "{}"
+grants = [{{ prefix = "a/", allow = "lock" }}]
+[[token]]
+name = "ops"
+sha256 = "{}"
+grants = [{{ prefix = "", allow = "admin" }}]
+"#,
+        hash_token("reader-token"),
+        hash_token("team-a-token"),
+        hash_token("ops-token"),
+    );
+    Auth::from_toml(&toml).unwrap()
+}
+
+#[tokio::test]
+async fn auth_matrix_refuses_and_changes_nothing() {
+    let api = Api::start(Arc::new(MemoryStorage::new()), Some(auth())).await;
+    let team = api.as_token(Some("team-a-token"));
+    let (s, held) = team.acquire("a%2Fjob", json!({"lease_ms": 60_000})).await;
+    assert_eq!(s, StatusCode::OK, "{held}");
+    let owner = held["owner"].clone();
+    let ops = api.as_token(Some("ops-token"));
+    let before = ops.snapshot_as().await;
+    let cases: Vec<(Api, &str, Value, StatusCode)> = vec![
+        // no token, bad token
+        (
+            api.as_token(None),
+            "/v1/locks/a%2Fjob/acquire",
+            json!({"lease_ms": 1000}),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            api.as_token(Some("guess")),
+            "/v1/locks/a%2Fjob/release",
+            json!({"owner": owner}),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            api.as_token(Some("guess")),
+            "/v1/locks/a%2Fjob/force-release",
+            json!({}),
+            StatusCode::UNAUTHORIZED,
+        ),
+        // foreign prefix
+        (
+            api.as_token(Some("team-a-token")),
+            "/v1/locks/b%2Fjob/acquire",
+            json!({"lease_ms": 1000}),
+            StatusCode::FORBIDDEN,
+        ),
+        // read-only token trying to lock, renew, release
+        (
+            api.as_token(Some("reader-token")),
+            "/v1/locks/a%2Fother/acquire",
+            json!({"lease_ms": 1000}),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            api.as_token(Some("reader-token")),
+            "/v1/locks/a%2Fjob/renew",
+            json!({"owner": owner, "lease_ms": 1}),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            api.as_token(Some("reader-token")),
+            "/v1/locks/a%2Fjob/release",
+            json!({"owner": owner}),
+            StatusCode::FORBIDDEN,
+        ),
+        // non-admin force-release
+        (
+            api.as_token(Some("team-a-token")),
+            "/v1/locks/a%2Fjob/force-release",
+            json!({}),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            api.as_token(Some("reader-token")),
+            "/v1/locks/a%2Fjob/force-release",
+            json!({}),
+            StatusCode::FORBIDDEN,
+        ),
+    ];
+    for (who, path, body, want) in cases {
+        let (status, resp) = who.post(path, body).await;
+        let code = if want == StatusCode::UNAUTHORIZED {
+            "unauthorized"
+        } else {
+            "forbidden"
+        };
+        assert_error(status, &resp, want, code);
+        assert_eq!(
+            ops.snapshot_as().await,
+            before,
+            "{path}: nothing may change"
+        );
+    }
+    let (s, r) = api.as_token(None).get("/v1/locks").await;
+    assert_error(s, &r, StatusCode::UNAUTHORIZED, "unauthorized");
+    // A reader sees everything; team-a only its prefix.
+    let (s, _) = api
+        .as_token(Some("reader-token"))
+        .get("/v1/locks/a%2Fjob")
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, r) = team.get("/v1/locks/b%2Fx").await;
+    assert_error(s, &r, StatusCode::FORBIDDEN, "forbidden");
+    // The admin may force-release, and the holder then finds it gone.
+    let (s, f) = ops
+        .post(
+            "/v1/locks/a%2Fjob/force-release",
+            json!({"reason": "stuck"}),
+        )
+        .await;
+    assert_eq!((s, &f["released"]), (StatusCode::OK, &json!(true)), "{f}");
+    let (s, r) = team
+        .post(
+            "/v1/locks/a%2Fjob/renew",
+            json!({"owner": owner, "lease_ms": 1000}),
+        )
+        .await;
+    assert_error(s, &r, StatusCode::GONE, "lost");
+}
+
+impl Api {
+    /// [`Api::snapshot`] with this caller's token.
+    async fn snapshot_as(&self) -> Vec<(String, String, String)> {
+        let (status, list) = self.get("/v1/locks").await;
+        assert_eq!(status, StatusCode::OK, "{list}");
+        list["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap().to_owned(),
+                    l["state"].as_str().unwrap().to_owned(),
+                    l["fencing_token"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn storage_outage_is_503_and_readyz_says_so() {
+    let faulty = Arc::new(FaultyStorage::new(MemoryStorage::new()));
+    let api = Api::start(faulty.clone(), None).await;
+    let (s, _) = api.get("/readyz").await;
+    assert_eq!(s, StatusCode::OK);
+    faulty.set_outage(true);
+    let (s, body) = api.acquire("x", json!({"lease_ms": 1000})).await;
+    assert_error(s, &body, StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    let res = api
+        .http
+        .get(format!("{}/readyz", api.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let res = api
+        .http
+        .get(format!("{}/healthz", api.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "the process is up");
+}
+
+#[tokio::test]
+async fn openapi_describes_every_route_and_requests_carry_ids() {
+    let api = Api::memory().await;
+    let (s, doc) = api.get("/openapi.json").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3.1"),
+        "{}",
+        doc["openapi"]
+    );
+    for path in [
+        "/v1/locks",
+        "/v1/locks/{name}",
+        "/v1/locks/{name}/acquire",
+        "/v1/locks/{name}/renew",
+        "/v1/locks/{name}/release",
+        "/v1/locks/{name}/force-release",
+        "/v1/storage",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+    let res = api
+        .http
+        .get(format!("{}/healthz", api.base))
+        .header("x-request-id", "abc-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["x-request-id"], "abc-123");
+    let res = api
+        .http
+        .get(format!("{}/healthz", api.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["x-request-id"].len(), 16);
+}
