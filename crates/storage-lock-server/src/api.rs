@@ -36,6 +36,49 @@ pub const MAX_NOTE_BYTES: usize = 1024;
 /// The largest page of `GET /v1/locks`.
 pub const MAX_PAGE: usize = 1000;
 
+/// Fencing tokens as JSON strings (u64 does not fit a JavaScript number).
+mod token {
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    fn parse<E: de::Error>(s: &str) -> Result<u64, E> {
+        if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(E::custom("a fencing token is a string of decimal digits"));
+        }
+        s.parse()
+            .map_err(|_| E::custom("a fencing token is at most 18446744073709551615"))
+    }
+
+    pub(super) fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        parse(&String::deserialize(d)?)
+    }
+
+    pub(super) mod opt {
+        use super::*;
+
+        pub(in super::super) fn serialize<S: Serializer>(
+            v: &Option<u64>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(v) => s.collect_str(v),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub(in super::super) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<u64>, D::Error> {
+            Option::<String>::deserialize(d)?
+                .map(|s| parse(&s))
+                .transpose()
+        }
+    }
+}
+
 /// What every handler shares.
 pub(crate) struct AppState {
     pub locks: StorageLock,
@@ -112,8 +155,9 @@ pub struct Hold {
     /// The owner id: the secret that renews and releases this hold.
     pub owner: String,
     /// The fencing token (a decimal string; see the module docs).
-    #[schema(example = "42")]
-    pub fencing_token: String,
+    #[serde(with = "token")]
+    #[schema(value_type = String, example = "42", pattern = "^[0-9]{1,20}$")]
+    pub fencing_token: u64,
     /// The lease granted.
     pub lease_ms: u64,
     /// Time left when the server decided: count it from when you *sent* the request.
@@ -169,8 +213,9 @@ pub struct Released {
 pub struct ForceReleaseBody {
     /// Release only the hold with this fencing token (a decimal string), so you never evict
     /// the next holder by mistake. Any holder if absent.
-    #[schema(pattern = "^[0-9]{1,20}$")]
-    pub expected_fencing_token: Option<String>,
+    #[serde(default, with = "token::opt")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,20}$")]
+    pub expected_fencing_token: Option<u64>,
     /// Why (logged with who did it).
     #[schema(max_length = 1024)]
     pub reason: Option<String>,
@@ -181,8 +226,10 @@ pub struct ForceReleaseBody {
 pub struct ForceReleased {
     /// `false` if the lock was free or held under another fencing token.
     pub released: bool,
-    /// The evicted hold's fencing token; the next hold's is greater.
-    pub fencing_token: Option<String>,
+    /// The evicted hold's fencing token (a decimal string); the next hold's is greater.
+    #[serde(with = "token::opt")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,20}$")]
+    pub fencing_token: Option<u64>,
     /// Who held it.
     pub holder: Option<Holder>,
 }
@@ -209,7 +256,9 @@ pub struct LockInfo {
     /// Held or free, and why free.
     pub state: LockState,
     /// The last hold's fencing token (a decimal string); the next hold's is greater.
-    pub fencing_token: Option<String>,
+    #[serde(with = "token::opt")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,20}$")]
+    pub fencing_token: Option<u64>,
     /// Who holds (or last held) it.
     pub holder: Option<Holder>,
     /// When the last hold began (storage clock, informational).
@@ -278,15 +327,25 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        Self::from_authorization(state, value)
+    }
+}
+
+impl Caller {
+    /// The caller an `Authorization` value (`Bearer <token>`) names: 401 if the server has
+    /// auth and the value is missing or not a known token.
+    pub(crate) fn from_authorization(
+        state: &AppState,
+        value: Option<&str>,
+    ) -> Result<Self, ApiError> {
         let Some(auth) = &state.auth else {
             return Ok(Self(None));
         };
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+        let token = value.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
         match token.and_then(|t| auth.authenticate(t)) {
             Some(p) => Ok(Self(Some(p))),
             None => Err(ApiError::new(
@@ -300,9 +359,7 @@ impl FromRequestParts<Arc<AppState>> for Caller {
             )),
         }
     }
-}
 
-impl Caller {
     fn require(&self, st: &AppState, name: &str, needed: Permission) -> Result<(), ApiError> {
         match (&st.auth, &self.0) {
             (Some(auth), Some(p)) if !auth.allows(p, name, needed) => Err(ApiError::new(
@@ -374,11 +431,9 @@ fn text_limit(field: &str, s: &Option<String>) -> Result<(), ApiError> {
     }
 }
 
-/// The lock name of the path, validated.
-fn lock_name(st: &AppState, path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
-    let Path(name) = path?;
-    st.locks.key_for(&name)?;
-    Ok(name)
+/// The lock name of the path (validated by the operation).
+fn path_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    Ok(path?.0)
 }
 
 fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
@@ -410,61 +465,73 @@ pub(crate) async fn acquire(
     path: Result<Path<String>, PathRejection>,
     b: Result<Json<AcquireBody>, JsonRejection>,
 ) -> Result<Json<Hold>, ApiError> {
-    let name = lock_name(&st, path)?;
-    caller.require(&st, &name, Permission::Lock)?;
-    let b = body(b)?;
-    let lease = lease(b.lease_ms)?;
-    let wait_for = wait(b.wait_ms)?;
-    text_limit("note", &b.note)?;
-    let owner = match &b.owner {
-        Some(o) => parse_owner(o)?,
-        None => OwnerId::random(),
-    };
-    let holder = match b.holder {
-        Some(h) => {
-            text_limit("holder.note", &h.note)?;
-            if h.host.len() > 255 {
-                return Err(ApiError::bad_request(
-                    "invalid_options",
-                    "holder.host is longer than 255 bytes",
-                ));
+    let name = path_name(path)?;
+    Ok(Json(st.acquire(&caller, name, body(b)?).await?))
+}
+
+impl AppState {
+    /// The operation behind the `acquire` route, for HTTP and gRPC alike.
+    pub(crate) async fn acquire(
+        &self,
+        caller: &Caller,
+        name: String,
+        b: AcquireBody,
+    ) -> Result<Hold, ApiError> {
+        self.locks.key_for(&name)?;
+        caller.require(self, &name, Permission::Lock)?;
+        let lease = lease(b.lease_ms)?;
+        let wait_for = wait(b.wait_ms)?;
+        text_limit("note", &b.note)?;
+        let owner = match &b.owner {
+            Some(o) => parse_owner(o)?,
+            None => OwnerId::random(),
+        };
+        let holder = match b.holder {
+            Some(h) => {
+                text_limit("holder.note", &h.note)?;
+                if h.host.len() > 255 {
+                    return Err(ApiError::bad_request(
+                        "invalid_options",
+                        "holder.host is longer than 255 bytes",
+                    ));
+                }
+                Some(HolderInfo {
+                    host: h.host,
+                    pid: h.pid,
+                    note: h.note,
+                })
             }
-            Some(HolderInfo {
-                host: h.host,
-                pid: h.pid,
-                note: h.note,
-            })
-        }
-        None => None,
-    };
-    let mut opts = AcquireOptions::default()
-        .lease(lease)
-        .wait(if wait_for.is_zero() {
-            Wait::Never
-        } else {
-            Wait::For(wait_for)
-        });
-    opts.note = b.note;
-    match st.locks.acquire_as(&name, owner, &opts, holder).await? {
-        Some(h) => Ok(Json(Hold {
-            name,
-            owner: owner_text(owner),
-            fencing_token: h.fencing_token.to_string(),
-            lease_ms: b.lease_ms,
-            expires_in_ms: millis(h.expires_in),
-            expires_at: rfc3339(h.expires_at),
-        })),
-        None => {
-            let storage = st.locks.storage();
-            let (now, stored) = read(storage.as_ref(), &name).await?;
-            let rec = stored.map(|s| s.record).filter(|r| r.is_held_at(now));
-            Err(ApiError::busy(
-                &name,
-                rec.as_ref()
-                    .and_then(|r| r.holder.as_deref())
-                    .map(Holder::from),
-                rec.map(|r| r.expires_at.saturating_since(now)),
-            ))
+            None => None,
+        };
+        let mut opts = AcquireOptions::default()
+            .lease(lease)
+            .wait(if wait_for.is_zero() {
+                Wait::Never
+            } else {
+                Wait::For(wait_for)
+            });
+        opts.note = b.note;
+        match self.locks.acquire_as(&name, owner, &opts, holder).await? {
+            Some(h) => Ok(Hold {
+                name,
+                owner: owner_text(owner),
+                fencing_token: h.fencing_token,
+                lease_ms: b.lease_ms,
+                expires_in_ms: millis(h.expires_in),
+                expires_at: rfc3339(h.expires_at),
+            }),
+            None => {
+                let storage = self.locks.storage();
+                let (now, stored) = read(storage.as_ref(), &name).await?;
+                let rec = stored.map(|s| s.record).filter(|r| r.is_held_at(now));
+                Err(ApiError::busy(
+                    &name,
+                    rec.as_ref()
+                        .and_then(|r| r.holder.as_deref())
+                        .map(Holder::from),
+                    rec.map(|r| r.expires_at.saturating_since(now)),
+                ))
+            }
         }
     }
 }
@@ -489,25 +556,37 @@ pub(crate) async fn renew(
     path: Result<Path<String>, PathRejection>,
     b: Result<Json<RenewBody>, JsonRejection>,
 ) -> Result<Json<Renewed>, ApiError> {
-    let name = lock_name(&st, path)?;
-    caller.require(&st, &name, Permission::Lock)?;
-    let b = body(b)?;
-    let owner = parse_owner(&b.owner)?;
-    let lease = lease(b.lease_ms)?;
-    match st.locks.renew_as(&name, owner, lease).await? {
-        Some(expires_at) => Ok(Json(Renewed {
-            name,
-            lease_ms: b.lease_ms,
-            expires_in_ms: b.lease_ms,
-            expires_at: rfc3339(expires_at),
-        })),
-        None => {
-            let why = st
-                .locks
-                .hold_gone(&name, owner)
-                .await?
-                .unwrap_or(storage_lock_core::HoldGone::TakenOver);
-            Err(ApiError::lost(&name, why))
+    let name = path_name(path)?;
+    Ok(Json(st.renew(&caller, name, body(b)?).await?))
+}
+
+impl AppState {
+    /// The operation behind the `renew` route, for HTTP and gRPC alike.
+    pub(crate) async fn renew(
+        &self,
+        caller: &Caller,
+        name: String,
+        b: RenewBody,
+    ) -> Result<Renewed, ApiError> {
+        self.locks.key_for(&name)?;
+        caller.require(self, &name, Permission::Lock)?;
+        let owner = parse_owner(&b.owner)?;
+        let lease = lease(b.lease_ms)?;
+        match self.locks.renew_as(&name, owner, lease).await? {
+            Some(expires_at) => Ok(Renewed {
+                name,
+                lease_ms: b.lease_ms,
+                expires_in_ms: b.lease_ms,
+                expires_at: rfc3339(expires_at),
+            }),
+            None => {
+                let why = self
+                    .locks
+                    .hold_gone(&name, owner)
+                    .await?
+                    .unwrap_or(storage_lock_core::HoldGone::TakenOver);
+                Err(ApiError::lost(&name, why))
+            }
         }
     }
 }
@@ -530,12 +609,24 @@ pub(crate) async fn release(
     path: Result<Path<String>, PathRejection>,
     b: Result<Json<ReleaseBody>, JsonRejection>,
 ) -> Result<Json<Released>, ApiError> {
-    let name = lock_name(&st, path)?;
-    caller.require(&st, &name, Permission::Lock)?;
-    let b = body(b)?;
-    let owner = parse_owner(&b.owner)?;
-    let released = st.locks.release_as(&name, owner).await?;
-    Ok(Json(Released { released }))
+    let name = path_name(path)?;
+    Ok(Json(st.release(&caller, name, body(b)?).await?))
+}
+
+impl AppState {
+    /// The operation behind the `release` route, for HTTP and gRPC alike.
+    pub(crate) async fn release(
+        &self,
+        caller: &Caller,
+        name: String,
+        b: ReleaseBody,
+    ) -> Result<Released, ApiError> {
+        self.locks.key_for(&name)?;
+        caller.require(self, &name, Permission::Lock)?;
+        let owner = parse_owner(&b.owner)?;
+        let released = self.locks.release_as(&name, owner).await?;
+        Ok(Released { released })
+    }
 }
 
 /// Admin: free a lock whoever holds it. The fencing token still moves forward (the next hold's
@@ -558,41 +649,45 @@ pub(crate) async fn force_release(
     path: Result<Path<String>, PathRejection>,
     b: Result<Json<ForceReleaseBody>, JsonRejection>,
 ) -> Result<Json<ForceReleased>, ApiError> {
-    let name = lock_name(&st, path)?;
-    caller.require(&st, &name, Permission::Admin)?;
-    let b = body(b)?;
-    text_limit("reason", &b.reason)?;
-    let expected = match &b.expected_fencing_token {
-        Some(t) => Some(t.parse::<u64>().map_err(|_| {
-            ApiError::bad_request(
-                "invalid_options",
-                "expected_fencing_token must be a decimal u64 string",
-            )
-        })?),
-        None => None,
-    };
-    let ended = match expected {
-        Some(f) => st.locks.force_release_if(&name, f).await?,
-        None => st.locks.force_release(&name).await?,
-    };
-    tracing::info!(
-        target: "storage_lock::audit",
-        who = caller.who(),
-        action = "force_release",
-        lock = %name,
-        fencing = ended.as_ref().map(|r| r.fencing),
-        released = ended.is_some(),
-        reason = b.reason.as_deref().unwrap_or(""),
-        "admin action"
-    );
-    Ok(Json(ForceReleased {
-        released: ended.is_some(),
-        fencing_token: ended.as_ref().map(|r| r.fencing.to_string()),
-        holder: ended
-            .as_ref()
-            .and_then(|r| r.holder.as_deref())
-            .map(Holder::from),
-    }))
+    let name = path_name(path)?;
+    Ok(Json(st.force_release(&caller, name, body(b)?).await?))
+}
+
+impl AppState {
+    /// The operation behind the `force_release` route, for HTTP and gRPC alike.
+    pub(crate) async fn force_release(
+        &self,
+        caller: &Caller,
+        name: String,
+        b: ForceReleaseBody,
+    ) -> Result<ForceReleased, ApiError> {
+        self.locks.key_for(&name)?;
+        caller.require(self, &name, Permission::Admin)?;
+        text_limit("reason", &b.reason)?;
+        let expected = b.expected_fencing_token;
+        let ended = match expected {
+            Some(f) => self.locks.force_release_if(&name, f).await?,
+            None => self.locks.force_release(&name).await?,
+        };
+        tracing::info!(
+            target: "storage_lock::audit",
+            who = caller.who(),
+            action = "force_release",
+            lock = %name,
+            fencing = ended.as_ref().map(|r| r.fencing),
+            released = ended.is_some(),
+            reason = b.reason.as_deref().unwrap_or(""),
+            "admin action"
+        );
+        Ok(ForceReleased {
+            released: ended.is_some(),
+            fencing_token: ended.as_ref().map(|r| r.fencing),
+            holder: ended
+                .as_ref()
+                .and_then(|r| r.holder.as_deref())
+                .map(Holder::from),
+        })
+    }
 }
 
 /// List locks by name prefix, in pages (only the names the caller may read).
@@ -611,37 +706,44 @@ pub(crate) async fn list(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<LockList>, ApiError> {
     let Query(q) = q?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "invalid_query",
-            "limit must be 1..=1000",
-        ));
+    Ok(Json(st.list(&caller, q).await?))
+}
+
+impl AppState {
+    /// The operation behind the `list` route, for HTTP and gRPC alike.
+    pub(crate) async fn list(&self, caller: &Caller, q: ListQuery) -> Result<LockList, ApiError> {
+        let limit = q.limit.unwrap_or(100);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                "limit must be 1..=1000",
+            ));
+        }
+        let storage = self.locks.storage();
+        let now = storage
+            .now()
+            .await
+            .map_err(storage_lock_core::LockError::from)?;
+        let page = storage
+            .list_locks(
+                q.prefix.as_deref().unwrap_or(""),
+                &PageRequest {
+                    after: q.cursor,
+                    limit,
+                },
+            )
+            .await
+            .map_err(storage_lock_core::LockError::from)?;
+        Ok(LockList {
+            locks: page
+                .entries
+                .into_iter()
+                .filter(|(k, _)| caller.may(self, k, Permission::Read))
+                .map(|(k, s)| info(k, Some(&s), now))
+                .collect(),
+            next_cursor: page.next,
+        })
     }
-    let storage = st.locks.storage();
-    let now = storage
-        .now()
-        .await
-        .map_err(storage_lock_core::LockError::from)?;
-    let page = storage
-        .list_locks(
-            q.prefix.as_deref().unwrap_or(""),
-            &PageRequest {
-                after: q.cursor,
-                limit,
-            },
-        )
-        .await
-        .map_err(storage_lock_core::LockError::from)?;
-    Ok(Json(LockList {
-        locks: page
-            .entries
-            .into_iter()
-            .filter(|(k, _)| caller.may(&st, k, Permission::Read))
-            .map(|(k, s)| info(k, Some(&s), now))
-            .collect(),
-        next_cursor: page.next,
-    }))
 }
 
 /// Read one lock; with `wait_ms`, a blocking read that returns when the record changes (or,
@@ -661,17 +763,30 @@ pub(crate) async fn get(
     path: Result<Path<String>, PathRejection>,
     q: Result<Query<GetQuery>, QueryRejection>,
 ) -> Result<Json<LockInfo>, ApiError> {
-    let name = lock_name(&st, path)?;
-    caller.require(&st, &name, Permission::Read)?;
+    let name = path_name(path)?;
     let Query(q) = q?;
-    let wait_for = wait(q.wait_ms.unwrap_or(0))?;
-    let storage = st.locks.storage().as_ref();
-    let (now, stored) = if wait_for.is_zero() {
-        read(storage, &name).await?
-    } else {
-        blocking_read(storage, &name, wait_for, q.while_).await?
-    };
-    Ok(Json(info(name, stored.as_ref(), now)))
+    Ok(Json(st.get(&caller, name, q).await?))
+}
+
+impl AppState {
+    /// The operation behind the `get` route, for HTTP and gRPC alike.
+    pub(crate) async fn get(
+        &self,
+        caller: &Caller,
+        name: String,
+        q: GetQuery,
+    ) -> Result<LockInfo, ApiError> {
+        self.locks.key_for(&name)?;
+        caller.require(self, &name, Permission::Read)?;
+        let wait_for = wait(q.wait_ms.unwrap_or(0))?;
+        let storage = self.locks.storage().as_ref();
+        let (now, stored) = if wait_for.is_zero() {
+            read(storage, &name).await?
+        } else {
+            blocking_read(storage, &name, wait_for, q.while_).await?
+        };
+        Ok(info(name, stored.as_ref(), now))
+    }
 }
 
 async fn read(s: &dyn Storage, key: &str) -> Result<(Timestamp, Option<Stored>), ApiError> {
@@ -758,7 +873,7 @@ fn info(name: String, stored: Option<&Stored>, now: Timestamp) -> LockInfo {
     LockInfo {
         name,
         state,
-        fencing_token: Some(r.fencing.to_string()),
+        fencing_token: Some(r.fencing),
         holder: r.holder.as_deref().map(Holder::from),
         acquired_at: ts(r.acquired_at),
         expires_at: ts(r.expires_at),

@@ -210,7 +210,12 @@ async fn bad_input_is_a_4xx_with_the_error_body_and_holds_nothing() {
         (
             "/v1/locks/a/force-release",
             json!({"expected_fencing_token": "-1"}),
-            "invalid_options",
+            "invalid_body",
+        ),
+        (
+            "/v1/locks/a/force-release",
+            json!({"expected_fencing_token": 7}),
+            "invalid_body",
         ),
     ] {
         let (status, body) = api.post(path, body).await;
