@@ -318,6 +318,7 @@ pub enum WhileState {
 }
 
 /// The caller, from the `Authorization: Bearer …` header (anyone when the server has no auth).
+#[derive(Clone)]
 pub(crate) struct Caller(Option<Principal>);
 
 impl FromRequestParts<Arc<AppState>> for Caller {

@@ -41,7 +41,7 @@ pub struct ErrorBody {
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    body: ErrorBody,
+    body: Box<ErrorBody>,
     retry_after: Option<Duration>,
 }
 
@@ -50,13 +50,13 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         Self {
             status,
-            body: ErrorBody {
+            body: Box::new(ErrorBody {
                 error: code.to_owned(),
                 message: message.into(),
                 reason: None,
                 holder: None,
                 expires_in_ms: None,
-            },
+            }),
             retry_after: None,
         }
     }
@@ -95,11 +95,16 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// The body.
+    pub fn body(&self) -> &ErrorBody {
+        &self.body
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut res = (self.status, Json(self.body)).into_response();
+        let mut res = (self.status, Json(*self.body)).into_response();
         if let Some(after) = self.retry_after {
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
             if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {

@@ -30,6 +30,14 @@
 //! | `GET /openapi.json` | the OpenAPI 3.1 document of all of the above |
 //! | `GET /metrics` | Prometheus text (when a recorder handle is given) |
 //! | `GET /healthz`, `GET /readyz` | the process is up · the storage answers |
+//! | gRPC `storagelock.v1.LockService/*` | the same operations, and sessions (see `grpc`) |
+//!
+//! gRPC (HTTP/2) and HTTP share the port. The gRPC service's contract, including the status
+//! code table (busy → `ABORTED`, lost → `FAILED_PRECONDITION`, bad input → `INVALID_ARGUMENT`,
+//! 401 → `UNAUTHENTICATED`, 403 → `PERMISSION_DENIED`, storage down → `UNAVAILABLE`; the HTTP
+//! error code in the `x-error-code` metadata entry), is in the `storage-lock-proto` crate. A
+//! gRPC **session** is a stream: the server renews its locks while the client pings, releases
+//! them when the stream ends, and reports `Lost` at once when a renewal fails.
 //!
 //! Names may contain `/` (send `%2F`). Fencing tokens travel as decimal **strings** (u64 does not
 //! fit a JavaScript number). Every error has the body `{"error": code, "message": …}`; bad input
@@ -52,6 +60,7 @@
 pub mod api;
 pub mod auth;
 mod error;
+mod grpc;
 mod observe;
 
 use std::future::Future;
@@ -168,42 +177,52 @@ impl Server {
             locks: self.locks,
             auth: self.auth,
         });
-        api.route(
-            "/openapi.json",
-            get(move || {
-                let doc = doc.clone();
-                async move { axum::Json(doc.as_ref().clone()) }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let m = metrics.as_ref().map(PrometheusHandle::render);
-                async move {
-                    match m {
-                        Some(text) => (
-                            [(
-                                axum::http::header::CONTENT_TYPE,
-                                "text/plain; version=0.0.4",
-                            )],
-                            text,
-                        )
-                            .into_response(),
-                        None => api::not_found().await.into_response(),
+        let grpc =
+            storage_lock_proto::v1::lock_service_server::LockServiceServer::new(grpc::Grpc {
+                st: state.clone(),
+            })
+            .max_decoding_message_size(MAX_BODY_BYTES);
+        let http = api
+            .route(
+                "/openapi.json",
+                get(move || {
+                    let doc = doc.clone();
+                    async move { axum::Json(doc.as_ref().clone()) }
+                }),
+            )
+            .route(
+                "/metrics",
+                get(move || {
+                    let m = metrics.as_ref().map(PrometheusHandle::render);
+                    async move {
+                        match m {
+                            Some(text) => (
+                                [(
+                                    axum::http::header::CONTENT_TYPE,
+                                    "text/plain; version=0.0.4",
+                                )],
+                                text,
+                            )
+                                .into_response(),
+                            None => api::not_found().await.into_response(),
+                        }
                     }
-                }
-            }),
-        )
-        .route("/healthz", get(api::healthz))
-        .route("/readyz", get(api::readyz))
-        .fallback(api::not_found)
-        .method_not_allowed_fallback(api::method_not_allowed)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn(observe::observe))
-        .with_state(state)
+                }),
+            )
+            .route("/healthz", get(api::healthz))
+            .route("/readyz", get(api::readyz))
+            .fallback(api::not_found)
+            .method_not_allowed_fallback(api::method_not_allowed)
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(state);
+        // gRPC joins the HTTP routes (one port); unknown paths still get the HTTP 404.
+        tonic::service::Routes::from(http)
+            .add_service(grpc)
+            .into_axum_router()
+            .layer(axum::middleware::from_fn(observe::observe))
     }
 
-    /// Serves HTTP/1.1 and HTTP/2 (cleartext) on `listener` until `shutdown` completes, then
+    /// Serves HTTP/1.1 and HTTP/2 (cleartext; gRPC needs HTTP/2) on `listener` until `shutdown` completes, then
     /// lets requests in flight finish.
     ///
     /// # Errors
