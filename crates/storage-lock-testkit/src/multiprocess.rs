@@ -104,11 +104,23 @@ pub fn run_processes(
     processes: usize,
     rounds: u32,
 ) -> std::path::PathBuf {
+    run_processes_on(worker_test, &[url], processes, rounds)
+}
+
+/// [`run_processes`] with worker `i` connecting to `urls[i % urls.len()]` (e.g. different
+/// replicas of a lock server over one storage).
+pub fn run_processes_on(
+    worker_test: &str,
+    urls: &[&str],
+    processes: usize,
+    rounds: u32,
+) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("storage-lock-mp-{:016x}", rand::random::<u64>()));
     fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().expect("test binary path");
     let children: Vec<_> = (0..processes)
-        .map(|_| {
+        .map(|i| {
+            let url = urls[i % urls.len()];
             std::process::Command::new(&exe)
                 .args([worker_test, "--exact", "--nocapture", "--test-threads=1"])
                 .env(WORKER_DIR_ENV, &dir)
