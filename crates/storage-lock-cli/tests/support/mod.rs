@@ -195,3 +195,50 @@ pub fn writer_script(ignore_term: bool) -> String {
     let trap = if ignore_term { "trap '' TERM; " } else { "" };
     format!("{trap}echo $$ > \"$W.pid\"; while :; do date +%s%N >> \"$W\"; sleep 0.05; done")
 }
+
+/// A `storage-lock serve` process on a spare loopback port; killed on drop.
+pub struct Served {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+impl Served {
+    /// Starts `storage-lock --storage STORAGE serve --listen 127.0.0.1:0 EXTRA…` and reads the
+    /// address it announces.
+    pub fn start(storage: &str, extra: &[&str]) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(BIN)
+            .args(["--storage", storage, "serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start storage-lock serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        // "storage-lock: serving … on http://127.0.0.1:PORT (OpenAPI: …)"
+        let url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                let rest = l.split(" on http://").nth(1)?;
+                Some(format!("http://{}", rest.split_whitespace().next()?))
+            })
+            .expect("the server says where it listens");
+        std::thread::spawn(move || lines.for_each(drop)); // keep its stderr drained
+        Self { child, url }
+    }
+
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,156 @@
+//! `storage-lock serve` and `storage-lock token` end to end: the README's curl session works as
+//! written, a non-loopback listener needs auth, a token from `token` is accepted by `serve
+//! --auth`, SIGTERM stops the server cleanly.
+
+mod support;
+
+use std::process::Command;
+
+use support::{BIN, Served};
+
+/// The lines of the README's curl session (`\` continuations joined), each with the
+/// `# …` answer that follows it.
+fn readme_session() -> Vec<(String, String)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let block = readme
+        .split("<!-- curl-session")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the README has the curl session block");
+    let mut steps: Vec<(String, String)> = Vec::new();
+    let mut command = String::new();
+    for line in block.lines() {
+        if let Some(answer) = line.strip_prefix("# ") {
+            if let Some(last) = steps.last_mut() {
+                last.1 = answer.to_owned();
+            }
+        } else if line.starts_with("curl") || !command.is_empty() {
+            command.push_str(line.trim_end_matches('\\'));
+            if !line.ends_with('\\') {
+                steps.push((std::mem::take(&mut command), String::new()));
+            }
+        }
+    }
+    steps
+}
+
+/// `actual` matches `expected` where every `…` in `expected` stands for any text.
+fn matches(expected: &str, actual: &str) -> bool {
+    let mut rest = actual;
+    let mut parts = expected.split('…').peekable();
+    let first = parts.next().unwrap_or("");
+    let Some(after) = rest.strip_prefix(first) else {
+        return false;
+    };
+    rest = after;
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+#[test]
+fn readme_curl_session_works_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Served::start(&format!("sqlite://{}/locks.db", dir.path().display()), &[]);
+    let host = server.url.trim_start_matches("http://");
+    let steps = readme_session();
+    assert_eq!(steps.len(), 3, "acquire, renew, release: {steps:?}");
+    for (command, answer) in steps {
+        let command = command.replace("localhost:7420", host);
+        let out = Command::new("bash")
+            .args(["-c", &command])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{command}");
+        let got = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            matches(&answer, got.trim()),
+            "{command}\nwant {answer}\ngot  {got}"
+        );
+    }
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_auth() {
+    let out = Command::new(BIN)
+        .args([
+            "--storage",
+            "memory:",
+            "-q",
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("--auth"), "{err}");
+}
+
+#[test]
+fn a_token_from_token_is_accepted_by_serve_auth() {
+    let out = Command::new(BIN)
+        .args(["token", "ci", "--prefix", "ci/", "--allow", "lock"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let secret = text
+        .lines()
+        .nth(1)
+        .unwrap()
+        .trim_start_matches("# ")
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let auth = dir.path().join("auth.toml");
+    std::fs::write(&auth, &text).unwrap();
+    let server = Served::start("memory:", &["--auth", auth.to_str().unwrap()]);
+    let status = |token: &str, name: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"])
+            .args(["-H", "content-type: application/json"])
+            .args(["-H", &format!("authorization: Bearer {token}")])
+            .args(["-d", r#"{"lease_ms": 1000}"#])
+            .arg(format!("{}/v1/locks/{name}/acquire", server.url))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(status(&secret, "ci%2Fbuild"), "200");
+    assert_eq!(status(&secret, "prod%2Fdeploy"), "403");
+    assert_eq!(status("wrong", "ci%2Fbuild"), "401");
+}
+
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    let server = Served::start("memory:", &[]);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        match nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => {
+                assert_eq!(code, 0);
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "still running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
