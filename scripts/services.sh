@@ -70,6 +70,22 @@ sl_databases() {
   mariadb -h 127.0.0.1 -u root -e 'CREATE DATABASE IF NOT EXISTS test' || return 1
 }
 
+sl_etcd() { # a single-node etcd of the project's own: client 127.0.0.1:2389, peer 127.0.0.1:2390
+  : "${STORAGE_LOCK_ETCD_URL:=http://127.0.0.1:2389}"
+  export STORAGE_LOCK_ETCD_URL
+  curl -fsS http://127.0.0.1:2389/health >/dev/null 2>&1 && return 0
+  command -v etcd >/dev/null || sl_install etcd-server || return 1
+  local dir="${TMPDIR:-/tmp}/storage-lock-etcd-2389"
+  mkdir -p "$dir"
+  setsid etcd --name storage-lock-2389 --data-dir "$dir/data" \
+    --listen-client-urls http://127.0.0.1:2389 --advertise-client-urls http://127.0.0.1:2389 \
+    --listen-peer-urls http://127.0.0.1:2390 --initial-advertise-peer-urls http://127.0.0.1:2390 \
+    --initial-cluster storage-lock-2389=http://127.0.0.1:2390 --initial-cluster-state new \
+    </dev/null >>"$dir/etcd.log" 2>&1 &
+  disown 2>/dev/null || true
+  sl_wait_for "etcd (2389)" curl -fsS http://127.0.0.1:2389/health || return 1
+}
+
 sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_databases || return 1 2>/dev/null || exit 1
 
 export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli:"

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace against real servers: unit and integration tests (both suites
 # on memory, SQLite, PostgreSQL, MySQL/MariaDB and Redis, the multi-process tests, the
-# connection-loss tests, the CLI's end-to-end tests on every backend), doc tests, and a build of
-# the benchmarks. scripts/services.sh starts the servers if needed; one that stays unreachable
+# connection-loss tests, the CLI's end-to-end tests on every backend, the lock server and its SDK
+# over HTTP and gRPC), doc tests, a build of the benchmarks, and schemathesis against the server's
+# OpenAPI document. scripts/services.sh starts the servers if needed; one that stays unreachable
 # fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
 cargo test --workspace --all-features --all-targets
 cargo test --workspace --all-features --doc
+# The lock server's HTTP API against its own OpenAPI document (installs schemathesis if needed):
+# no server error, no undocumented status, no response that breaks the schema.
+scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/storage-lock"

@@ -202,6 +202,11 @@ pub fn describe_url(url: &str) -> String {
     storage_lock::redact_url(url)
 }
 
+/// Whether `storage` shows who owns a record (a lock server keeps owners secret).
+pub fn shows_owners(storage: &dyn Storage) -> bool {
+    storage.name() != "remote"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,9 +249,4 @@ mod tests {
         assert_eq!(describe_url("redis://:pw@h/"), "redis://:***@h/");
         assert!(describe_url("sqlite://rel.db").starts_with("sqlite:///"));
     }
-}
-
-/// Whether `storage` shows who owns a record (a lock server keeps owners secret).
-pub fn shows_owners(storage: &dyn Storage) -> bool {
-    storage.name() != "remote"
 }

@@ -62,6 +62,11 @@ const LONG_POLL: Duration = Duration::from_secs(25);
 
 const NAME: &str = "remote";
 
+#[cfg(feature = "grpc")]
+mod session;
+#[cfg(feature = "grpc")]
+pub use session::SessionLock;
+
 /// A lock engine over a storage-lock server: what [`connect`] returns.
 pub type RemoteLock = StorageLock<RemoteStorage>;
 
@@ -191,6 +196,45 @@ fn fencing(key: &str, s: &str) -> Result<u64, StorageError> {
         .map_err(|_| corrupt(key, "fencing token is not a u64"))
 }
 
+/// `http://HOST:PORT[/PATH][?token=…]` → the base URL without query or credentials, and the
+/// bearer token (from the URL, else [`TOKEN_ENV`]).
+pub(crate) fn parse_url(url: &str) -> Result<(String, Option<String>), StorageError> {
+    let bad = |reason: &str| StorageError::config(NAME, format!("invalid server URL: {reason}"));
+    let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+    if parsed.scheme() != "http" {
+        return Err(bad(
+            "only http:// is supported (put TLS in front with a proxy)",
+        ));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad(
+            "send the token as ?token=… or $STORAGE_LOCK_TOKEN, not in the authority",
+        ));
+    }
+    let mut token = None;
+    for (k, v) in parsed.query_pairs() {
+        match &*k {
+            "token" => token = Some(v.into_owned()),
+            other => return Err(bad(&format!("unknown option {other:?} (known: token)"))),
+        }
+    }
+    let token = token
+        .or_else(|| std::env::var(TOKEN_ENV).ok())
+        .filter(|t| !t.is_empty());
+    let host = parsed.host_str().ok_or_else(|| bad("no host"))?;
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let base = format!(
+        "http://{host}:{port}{}",
+        parsed.path().trim_end_matches('/')
+    );
+    Ok((base, token))
+}
+
 /// Every byte but the unreserved ones percent-encoded: a lock name is one path segment.
 fn segment(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
@@ -213,40 +257,7 @@ impl RemoteStorage {
     /// [`StorageError::Config`] for a malformed URL, an unknown option or a refused token;
     /// [`StorageError::Backend`] if the server cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, StorageError> {
-        let bad =
-            |reason: &str| StorageError::config(NAME, format!("invalid server URL: {reason}"));
-        let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
-        if parsed.scheme() != "http" {
-            return Err(bad(
-                "only http:// is supported (put TLS in front with a proxy)",
-            ));
-        }
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(bad(
-                "send the token as ?token=… or $STORAGE_LOCK_TOKEN, not in the authority",
-            ));
-        }
-        let mut token = None;
-        for (k, v) in parsed.query_pairs() {
-            match &*k {
-                "token" => token = Some(v.into_owned()),
-                other => return Err(bad(&format!("unknown option {other:?} (known: token)"))),
-            }
-        }
-        let token = token
-            .or_else(|| std::env::var(TOKEN_ENV).ok())
-            .filter(|t| !t.is_empty());
-        let host = parsed.host_str().ok_or_else(|| bad("no host"))?;
-        let port = parsed.port_or_known_default().unwrap_or(80);
-        let host = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]")
-        } else {
-            host.to_owned()
-        };
-        let base = format!(
-            "http://{host}:{port}{}",
-            parsed.path().trim_end_matches('/')
-        );
+        let (base, token) = parse_url(url)?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)

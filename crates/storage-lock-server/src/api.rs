@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
@@ -138,7 +138,7 @@ pub struct AcquireBody {
     /// Your owner id (32 hex digits, random, not all zero): send it to retry an acquire
     /// idempotently — while you hold the lock, the same hold and token come back. Chosen by the
     /// server if absent.
-    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
+    #[schema(pattern = "^(?!0{32}$)[0-9a-fA-F]{32}$")]
     pub owner: Option<String>,
     /// A note shown to people (the command, the job id).
     #[schema(max_length = 1024)]
@@ -171,7 +171,7 @@ pub struct Hold {
 #[serde(deny_unknown_fields)]
 pub struct RenewBody {
     /// The owner id of the hold.
-    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
+    #[schema(pattern = "^(?!0{32}$)[0-9a-fA-F]{32}$")]
     pub owner: String,
     /// The new lease, counted from now.
     #[schema(minimum = 1, maximum = 31_557_600_000_000.0)]
@@ -196,7 +196,7 @@ pub struct Renewed {
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
     /// The owner id of the hold.
-    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
+    #[schema(pattern = "^(?!0{32}$)[0-9a-fA-F]{32}$")]
     pub owner: String,
 }
 
@@ -437,8 +437,28 @@ fn path_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiErr
     Ok(path?.0)
 }
 
-fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    Ok(b?.0)
+/// A JSON **object** body (serde would also read a struct from an array), with every failure
+/// answered by [`ApiError`]: 415 without a JSON content type, 413 over the size limit, 400
+/// otherwise.
+pub(crate) struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let Json(value) = Json::<serde_json::Value>::from_request(req, state)
+            .await
+            .map_err(ApiError::from)?;
+        if !value.is_object() {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                "the body must be a JSON object",
+            ));
+        }
+        serde_json::from_value(value)
+            .map(JsonBody)
+            .map_err(|e| ApiError::bad_request("invalid_body", format!("invalid body: {e}")))
+    }
 }
 
 /// Acquire a lock, waiting up to `wait_ms` while another owner holds it.
@@ -464,10 +484,10 @@ pub(crate) async fn acquire(
     State(st): Shared,
     caller: Caller,
     path: Result<Path<String>, PathRejection>,
-    b: Result<Json<AcquireBody>, JsonRejection>,
+    JsonBody(b): JsonBody<AcquireBody>,
 ) -> Result<Json<Hold>, ApiError> {
     let name = path_name(path)?;
-    Ok(Json(st.acquire(&caller, name, body(b)?).await?))
+    Ok(Json(st.acquire(&caller, name, b).await?))
 }
 
 impl AppState {
@@ -555,10 +575,10 @@ pub(crate) async fn renew(
     State(st): Shared,
     caller: Caller,
     path: Result<Path<String>, PathRejection>,
-    b: Result<Json<RenewBody>, JsonRejection>,
+    JsonBody(b): JsonBody<RenewBody>,
 ) -> Result<Json<Renewed>, ApiError> {
     let name = path_name(path)?;
-    Ok(Json(st.renew(&caller, name, body(b)?).await?))
+    Ok(Json(st.renew(&caller, name, b).await?))
 }
 
 impl AppState {
@@ -608,10 +628,10 @@ pub(crate) async fn release(
     State(st): Shared,
     caller: Caller,
     path: Result<Path<String>, PathRejection>,
-    b: Result<Json<ReleaseBody>, JsonRejection>,
+    JsonBody(b): JsonBody<ReleaseBody>,
 ) -> Result<Json<Released>, ApiError> {
     let name = path_name(path)?;
-    Ok(Json(st.release(&caller, name, body(b)?).await?))
+    Ok(Json(st.release(&caller, name, b).await?))
 }
 
 impl AppState {
@@ -648,10 +668,10 @@ pub(crate) async fn force_release(
     State(st): Shared,
     caller: Caller,
     path: Result<Path<String>, PathRejection>,
-    b: Result<Json<ForceReleaseBody>, JsonRejection>,
+    JsonBody(b): JsonBody<ForceReleaseBody>,
 ) -> Result<Json<ForceReleased>, ApiError> {
     let name = path_name(path)?;
-    Ok(Json(st.force_release(&caller, name, body(b)?).await?))
+    Ok(Json(st.force_release(&caller, name, b).await?))
 }
 
 impl AppState {

@@ -92,6 +92,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
         (name = "locks", description = "Acquire, renew, release and read locks"),
         (name = "admin", description = "Operator actions"),
     ),
+    components(schemas(api::WhileState)),
     modifiers(&BearerAuth),
     security(("bearer" = []), ()),
 )]

@@ -131,7 +131,11 @@ async fn bad_input_is_a_4xx_with_the_error_body_and_holds_nothing() {
             415,
             "unsupported_media_type",
         ),
-        (raw("[1,2]", Some("application/json")), 400, "invalid_body"),
+        (
+            raw("[1000,0,null,null,null]", Some("application/json")),
+            400,
+            "invalid_body",
+        ),
     ] {
         let res = req.send().await.unwrap();
         let status = res.status();
