@@ -233,6 +233,13 @@ impl Server {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        use axum::serve::ListenerExt;
+        // Small request/response writes must not wait for delayed ACKs (Nagle).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set");
+            }
+        });
         axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown)
             .await
