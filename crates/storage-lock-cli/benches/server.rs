@@ -131,7 +131,12 @@ fn http_cycle(base: &str, prefix: &'static str) -> Cycle {
         let (base, c) = (base.clone(), c.clone());
         Box::pin(async move {
             let url = |op: &str| format!("{base}/v1/locks/{prefix}-{i}/{op}");
-            let (s, _) = post(&c, url("acquire"), json!({"lease_ms": 30_000, "owner": owner(i)})).await;
+            let (s, _) = post(
+                &c,
+                url("acquire"),
+                json!({"lease_ms": 30_000, "owner": owner(i)}),
+            )
+            .await;
             assert_eq!(s, 200);
             post(&c, url("release"), json!({"owner": owner(i)})).await;
         })
@@ -162,7 +167,12 @@ async fn grpc_cycle(base: &str, prefix: &'static str) -> Cycle {
             })
             .await
             .unwrap();
-            c.release(pb::ReleaseRequest { name, owner: owner(i) }).await.unwrap();
+            c.release(pb::ReleaseRequest {
+                name,
+                owner: owner(i),
+            })
+            .await
+            .unwrap();
         })
     })
 }
@@ -206,7 +216,12 @@ async fn etcd_lease(c: &reqwest::Client, etcd: &str) -> String {
 }
 
 async fn etcd_lock(c: &reqwest::Client, etcd: &str, name: &str, lease: &str) -> String {
-    let (s, v) = post(c, format!("{etcd}/v3/lock/lock"), json!({"name": b64(name), "lease": lease})).await;
+    let (s, v) = post(
+        c,
+        format!("{etcd}/v3/lock/lock"),
+        json!({"name": b64(name), "lease": lease}),
+    )
+    .await;
     assert_eq!(s, 200, "{v}");
     v["key"].as_str().unwrap().to_owned()
 }
@@ -247,12 +262,22 @@ async fn handoff_http(base: &str) -> Vec<Duration> {
     let mut out = Vec::with_capacity(HANDOFFS);
     for i in 0..HANDOFFS {
         let (a, b) = (owner(2 * i), owner(2 * i + 1));
-        assert_eq!(post(&c, url("acquire"), json!({"lease_ms": 30_000, "owner": a})).await.0, 200);
+        assert_eq!(
+            post(&c, url("acquire"), json!({"lease_ms": 30_000, "owner": a}))
+                .await
+                .0,
+            200
+        );
         let waiter = {
             let (c, u) = (c.clone(), url("acquire"));
             let b = b.clone();
             tokio::spawn(async move {
-                let r = post(&c, u, json!({"lease_ms": 30_000, "wait_ms": 10_000, "owner": b})).await;
+                let r = post(
+                    &c,
+                    u,
+                    json!({"lease_ms": 30_000, "wait_ms": 10_000, "owner": b}),
+                )
+                .await;
                 (r.0, Instant::now())
             })
         };
@@ -290,9 +315,19 @@ async fn handoff_grpc(base: &str) -> Vec<Duration> {
         };
         tokio::time::sleep(Duration::from_millis(5)).await;
         let released = Instant::now();
-        c.release(pb::ReleaseRequest { name: "bench-handoff-grpc".into(), owner: a }).await.unwrap();
+        c.release(pb::ReleaseRequest {
+            name: "bench-handoff-grpc".into(),
+            owner: a,
+        })
+        .await
+        .unwrap();
         out.push(waiter.await.unwrap().saturating_duration_since(released));
-        c.release(pb::ReleaseRequest { name: "bench-handoff-grpc".into(), owner: b }).await.unwrap();
+        c.release(pb::ReleaseRequest {
+            name: "bench-handoff-grpc".into(),
+            owner: b,
+        })
+        .await
+        .unwrap();
     }
     out
 }
@@ -332,16 +367,23 @@ async fn main() {
     let etcd = std::env::var("STORAGE_LOCK_ETCD_URL").ok();
     let pg = std::env::var("STORAGE_LOCK_POSTGRES_URL").ok();
     if etcd.is_none() {
-        eprintln!("STORAGE_LOCK_ETCD_URL is not set: the etcd rows are skipped (run scripts/bench-server.sh)");
+        eprintln!(
+            "STORAGE_LOCK_ETCD_URL is not set: the etcd rows are skipped (run scripts/bench-server.sh)"
+        );
     }
     let memory = Served::start("memory:");
-    let direct: Arc<dyn DistributedLock> = Arc::new(StorageLock::new(MemoryStorage::new()).unwrap());
+    let direct: Arc<dyn DistributedLock> =
+        Arc::new(StorageLock::new(MemoryStorage::new()).unwrap());
     let sdk: Arc<dyn DistributedLock> =
         Arc::new(storage_lock_client::connect(&memory.base).await.unwrap());
     let session: Arc<dyn DistributedLock> = Arc::new(
-        storage_lock_client::SessionLock::open(&memory.base, Duration::from_secs(30)).await.unwrap(),
+        storage_lock_client::SessionLock::open(&memory.base, Duration::from_secs(30))
+            .await
+            .unwrap(),
     );
-    println!("| what (memory storage) | clients | cycles/s | baseline cycles/s (same run) | ratio |");
+    println!(
+        "| what (memory storage) | clients | cycles/s | baseline cycles/s (same run) | ratio |"
+    );
     println!("|---|---|---|---|---|");
     for clients in [1, 16] {
         let engine = throughput(clients, lock_cycle(direct.clone(), "direct")).await;
@@ -356,7 +398,13 @@ async fn main() {
             )),
             None => None,
         };
-        row("engine called directly (no network)", clients, engine, "—", engine);
+        row(
+            "engine called directly (no network)",
+            clients,
+            engine,
+            "—",
+            engine,
+        );
         for (what, v) in [
             ("server, HTTP (acquire + release requests)", http_raw),
             ("server, gRPC unary", grpc_raw),
@@ -369,37 +417,74 @@ async fn main() {
             }
         }
         if let Some((lock_unlock, with_lease)) = etcd_rows {
-            row("etcd Lock+Unlock (one lease per client)", clients, lock_unlock, "engine", engine);
-            row("etcd lease grant + Lock + Unlock + revoke", clients, with_lease, "etcd Lock+Unlock", lock_unlock);
+            row(
+                "etcd Lock+Unlock (one lease per client)",
+                clients,
+                lock_unlock,
+                "engine",
+                engine,
+            );
+            row(
+                "etcd lease grant + Lock + Unlock + revoke",
+                clients,
+                with_lease,
+                "etcd Lock+Unlock",
+                lock_unlock,
+            );
         }
     }
     println!();
     println!("| hand-off (release → waiter granted, {HANDOFFS} hand-offs) | latency |");
     println!("|---|---|");
-    println!("| server on memory, HTTP long poll | {} |", summary(handoff_http(&memory.base).await));
-    println!("| server on memory, gRPC unary wait | {} |", summary(handoff_grpc(&memory.base).await));
+    println!(
+        "| server on memory, HTTP long poll | {} |",
+        summary(handoff_http(&memory.base).await)
+    );
+    println!(
+        "| server on memory, gRPC unary wait | {} |",
+        summary(handoff_grpc(&memory.base).await)
+    );
     if let Some(e) = &etcd {
-        println!("| etcd Lock (blocked) | {} |", summary(handoff_etcd(e).await));
+        println!(
+            "| etcd Lock (blocked) | {} |",
+            summary(handoff_etcd(e).await)
+        );
     }
     if let Some(pg) = pg {
         let served = Served::start(&format!("{pg}?table=storage_lock_bench_server"));
         let pg_direct: Arc<dyn DistributedLock> = Arc::new(
-            storage_lock::connect(&format!("{pg}?table=storage_lock_bench_server")).await.unwrap(),
+            storage_lock::connect(&format!("{pg}?table=storage_lock_bench_server"))
+                .await
+                .unwrap(),
         );
         println!();
-        println!("| what (PostgreSQL storage) | clients | cycles/s | baseline cycles/s (same run) | ratio |");
+        println!(
+            "| what (PostgreSQL storage) | clients | cycles/s | baseline cycles/s (same run) | ratio |"
+        );
         println!("|---|---|---|---|---|");
         for clients in [1, 16] {
             let engine = throughput(clients, lock_cycle(pg_direct.clone(), "pg-direct")).await;
             let http_raw = throughput(clients, http_cycle(&served.base, "pg-http")).await;
             let grpc_raw = throughput(clients, grpc_cycle(&served.base, "pg-grpc").await).await;
             row("server, HTTP", clients, http_raw, "engine direct", engine);
-            row("server, gRPC unary", clients, grpc_raw, "engine direct", engine);
+            row(
+                "server, gRPC unary",
+                clients,
+                grpc_raw,
+                "engine direct",
+                engine,
+            );
         }
         println!();
         println!("| hand-off, PostgreSQL storage | latency |");
         println!("|---|---|");
-        println!("| server, HTTP long poll | {} |", summary(handoff_http(&served.base).await));
-        println!("| server, gRPC unary wait | {} |", summary(handoff_grpc(&served.base).await));
+        println!(
+            "| server, HTTP long poll | {} |",
+            summary(handoff_http(&served.base).await)
+        );
+        println!(
+            "| server, gRPC unary wait | {} |",
+            summary(handoff_grpc(&served.base).await)
+        );
     }
 }
