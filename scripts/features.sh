@@ -14,7 +14,12 @@ check -p storage-lock-core --no-default-features --features testing
 for f in "" sqlite postgres mysql; do
   check -p storage-lock-sql --no-default-features ${f:+--features "$f"}
 done
-for f in "" sqlite postgres mysql redis; do
+for f in "" sqlite postgres mysql redis http; do
   check -p storage-lock --no-default-features ${f:+--features "$f"}
+done
+check -p storage-lock-proto
+check -p storage-lock-server
+for f in "" grpc; do
+  check -p storage-lock-client --no-default-features ${f:+--features "$f"}
 done
 check -p storage-lock-redis
