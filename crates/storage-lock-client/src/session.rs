@@ -6,12 +6,14 @@
 //! a handle's watchdog only checks, by a ping round trip, that the session is alive and that the
 //! server has not reported the lock `Lost`.
 //!
-//! **Local deadline.** A pong proves that every renewal the server attempted before it has
-//! succeeded (a failed one is reported `Lost` first, on the same ordered stream), and the server
-//! renews every TTL/3 with a lease of one TTL; so the storage's expiry is at least
-//! `ping sent + 2/3 TTL`. Handles count exactly that (minus the safety margin) from the instant
-//! before each ping was sent, and check every TTL/6. A client paused past it finds its handle
-//! lost.
+//! **Local deadline.** The server answers a ping only after a renewal round that started at most
+//! TTL/3 earlier and confirmed every lock of the session (a lock it could not confirm is
+//! reported `Lost` first, on the same ordered stream); each renewal extends the hold by one TTL.
+//! So after a pong the storage keeps the hold for at least `ping sent + 2/3 TTL`. Handles count
+//! exactly that (minus the safety margin) from the instant before each ping was sent — whatever
+//! lease `try_renew` asks for — and check every TTL/6. A client paused past it finds its handle
+//! lost. One acquire request waits at most TTL/3 on the server (longer waits are several
+//! requests), so a fresh grant's deadline is never spent waiting.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -110,12 +112,20 @@ impl Inner {
         self.shared.is_lost(name, fencing)
     }
 
-    /// Sends `kind` as request `id` and waits for its reply.
+    /// Sends `kind` as request `id` and waits for its reply. If this future is dropped, the
+    /// request is forgotten: a grant that answers it later is released by the reader.
     async fn call(&self, id: u64, kind: pb::session_request::Kind) -> Result<Reply, LockError> {
+        struct Forget<'a>(&'a Shared, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                lock(&self.0.pending).remove(&self.1);
+            }
+        }
         let (tx, rx) = oneshot::channel();
         lock(&self.shared.pending).insert(id, tx);
-        if self.tx.send(request(kind)).await.is_err() {
-            lock(&self.shared.pending).remove(&id);
+        let _forget = Forget(&self.shared, id);
+        if self.shared.closed.load(Ordering::Acquire) || self.tx.send(request(kind)).await.is_err()
+        {
             return Err(unavailable("the session has ended"));
         }
         rx.await.map_err(|_| unavailable("the session has ended"))
@@ -274,9 +284,11 @@ impl SessionLock {
             loop {
                 tokio::time::sleep(ttl / 3).await;
                 let Some(inner) = weak.upgrade() else { break };
-                if inner.shared.closed.load(Ordering::Acquire) || !inner.ping().await {
+                if inner.shared.closed.load(Ordering::Acquire) {
                     break;
                 }
+                // An unanswered ping is retried at the next period; handles fail closed meanwhile.
+                inner.ping().await;
             }
         });
         Ok(Self { inner })
@@ -297,6 +309,11 @@ struct SessionHold {
 
 #[async_trait]
 impl HoldIo for SessionHold {
+    /// A pong vouches for 2/3 TTL from the ping (see the module docs), whatever lease is asked.
+    fn vouched_lease(&self) -> Option<Duration> {
+        Some(self.inner.ttl * 2 / 3)
+    }
+
     /// Confirms the hold by a ping round trip (the server renews; see the module docs).
     async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
         if self.inner.is_lost(&self.name, self.fencing) {
@@ -352,7 +369,9 @@ impl DistributedLock for SessionLock {
         };
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
-            let wait = left.unwrap_or(MAX_WAIT).min(MAX_WAIT);
+            // A grant after a long wait would reach a handle whose deadline (counted from the
+            // request) had nearly passed: wait at most TTL/3 per request.
+            let wait = left.unwrap_or(MAX_WAIT).min(MAX_WAIT).min(ttl / 3);
             let id = self.inner.id();
             let kind = pb::session_request::Kind::Acquire(pb::SessionAcquire {
                 request_id: id,
@@ -363,12 +382,11 @@ impl DistributedLock for SessionLock {
             let sent_at = BootInstant::now();
             let cancel = options.cancel.clone().unwrap_or_default();
             let reply = tokio::select! {
-                r = self.inner.call(id, kind) => r?,
-                () = cancel.cancelled() => {
-                    // A grant answering this request is released by the reader.
-                    lock(&self.inner.shared.pending).remove(&id);
-                    return Err(LockError::Cancelled);
+                r = tokio::time::timeout(wait + ANSWER_TIMEOUT, self.inner.call(id, kind)) => {
+                    r.map_err(|_| unavailable("the server did not answer the acquire"))??
                 }
+                // A grant answering this request is released by the reader.
+                () = cancel.cancelled() => return Err(LockError::Cancelled),
             };
             match reply {
                 Reply::Acquired {
@@ -402,6 +420,7 @@ impl DistributedLock for SessionLock {
                             name: name.chars().take(80).collect(),
                             reason: "refused by the server",
                         },
+                        "unavailable" | "internal" => unavailable(format!("{code}: {message}")),
                         _ => LockError::Storage(StorageError::config(
                             NAME,
                             format!("{code}: {message}"),

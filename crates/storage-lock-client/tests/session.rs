@@ -135,3 +135,36 @@ async fn dropping_handles_and_session_releases_at_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_not_reentrant_and_vouches_for_two_thirds_of_its_ttl() {
+    let base = serve(Arc::new(MemoryStorage::new())).await;
+    let s = SessionLock::open(&base, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let h = s
+        .try_acquire("once", &AcquireOptions::default())
+        .await
+        .unwrap()
+        .unwrap();
+    let again = s
+        .try_acquire("once", &wait(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert!(
+        again.is_none(),
+        "the same session does not get the lock twice"
+    );
+    // Asking for an hour changes nothing: a pong vouches for 2/3 TTL.
+    h.try_renew(Some(Duration::from_secs(3600))).await.unwrap();
+    let left = h.time_left().unwrap();
+    assert!(left <= Duration::from_secs(2), "{left:?}");
+    let token = h.fencing_token();
+    h.release().await.unwrap();
+    let next = s
+        .try_acquire("once", &AcquireOptions::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > token);
+}

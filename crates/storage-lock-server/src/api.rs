@@ -83,6 +83,8 @@ mod token {
 pub(crate) struct AppState {
     pub locks: StorageLock,
     pub auth: Option<Auth>,
+    /// Cancelled when the server starts shutting down (ends gRPC sessions).
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 pub(crate) type Shared = State<Arc<AppState>>;
@@ -346,7 +348,11 @@ impl Caller {
         let Some(auth) = &state.auth else {
             return Ok(Self(None));
         };
-        let token = value.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+        // The scheme is case-insensitive (RFC 7235).
+        let token = value
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
         match token.and_then(|t| auth.authenticate(t)) {
             Some(p) => Ok(Self(Some(p))),
             None => Err(ApiError::new(
@@ -388,7 +394,7 @@ impl Caller {
 fn parse_owner(s: &str) -> Result<OwnerId, ApiError> {
     let bad =
         || ApiError::bad_request("invalid_owner", "owner must be 32 hex digits, not all zero");
-    if s.len() != 32 {
+    if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad());
     }
     let bits = u128::from_str_radix(s, 16).map_err(|_| bad())?;
@@ -422,14 +428,39 @@ fn wait(ms: u64) -> Result<Duration, ApiError> {
     Ok(Duration::from_millis(ms))
 }
 
+/// A free-text field: at most [`MAX_NOTE_BYTES`], no control characters but tab (a NUL cannot
+/// even be stored by PostgreSQL).
 fn text_limit(field: &str, s: &Option<String>) -> Result<(), ApiError> {
     match s {
         Some(s) if s.len() > MAX_NOTE_BYTES => Err(ApiError::bad_request(
             "invalid_options",
             format!("{field} is longer than {MAX_NOTE_BYTES} bytes"),
         )),
+        Some(s) if s.chars().any(|c| c.is_control() && c != '\t') => Err(ApiError::bad_request(
+            "invalid_options",
+            format!("{field} contains control characters"),
+        )),
         _ => Ok(()),
     }
+}
+
+/// A list cursor is opaque to clients: the hex of the last key of the page (which may be a
+/// name the caller cannot read).
+fn cursor_out(key: String) -> String {
+    key.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn cursor_in(cursor: &str) -> Result<String, ApiError> {
+    let bad = || ApiError::bad_request("invalid_query", "cursor is not one this server gave out");
+    if cursor.len() % 2 != 0 || !cursor.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let bytes: Vec<u8> = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&cursor[i..i + 2], 16))
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    String::from_utf8(bytes).map_err(|_| bad())
 }
 
 /// The lock name of the path (validated by the operation).
@@ -510,6 +541,7 @@ impl AppState {
         let holder = match b.holder {
             Some(h) => {
                 text_limit("holder.note", &h.note)?;
+                text_limit("holder.host", &Some(h.host.clone()))?;
                 if h.host.len() > 255 {
                     return Err(ApiError::bad_request(
                         "invalid_options",
@@ -543,7 +575,8 @@ impl AppState {
             }),
             None => {
                 let storage = self.locks.storage();
-                let (now, stored) = read(storage.as_ref(), &name).await?;
+                let key = self.locks.key_for(&name)?;
+                let (now, stored) = read(storage.as_ref(), &key).await?;
                 let rec = stored.map(|s| s.record).filter(|r| r.is_held_at(now));
                 Err(ApiError::busy(
                     &name,
@@ -740,6 +773,8 @@ impl AppState {
                 "limit must be 1..=1000",
             ));
         }
+        text_limit("prefix", &q.prefix)?;
+        let after = q.cursor.as_deref().map(cursor_in).transpose()?;
         let storage = self.locks.storage();
         let now = storage
             .now()
@@ -748,10 +783,7 @@ impl AppState {
         let page = storage
             .list_locks(
                 q.prefix.as_deref().unwrap_or(""),
-                &PageRequest {
-                    after: q.cursor,
-                    limit,
-                },
+                &PageRequest { after, limit },
             )
             .await
             .map_err(storage_lock_core::LockError::from)?;
@@ -762,7 +794,7 @@ impl AppState {
                 .filter(|(k, _)| caller.may(self, k, Permission::Read))
                 .map(|(k, s)| info(k, Some(&s), now))
                 .collect(),
-            next_cursor: page.next,
+            next_cursor: page.next.map(cursor_out),
         })
     }
 }
@@ -797,14 +829,14 @@ impl AppState {
         name: String,
         q: GetQuery,
     ) -> Result<LockInfo, ApiError> {
-        self.locks.key_for(&name)?;
+        let key = self.locks.key_for(&name)?.into_owned();
         caller.require(self, &name, Permission::Read)?;
         let wait_for = wait(q.wait_ms.unwrap_or(0))?;
         let storage = self.locks.storage().as_ref();
         let (now, stored) = if wait_for.is_zero() {
-            read(storage, &name).await?
+            read(storage, &key).await?
         } else {
-            blocking_read(storage, &name, wait_for, q.while_).await?
+            blocking_read(storage, &key, wait_for, q.while_).await?
         };
         Ok(info(name, stored.as_ref(), now))
     }

@@ -3,17 +3,26 @@
 //!
 //! # Sessions
 //!
-//! The stream is the session. The client's first message opens it with a TTL; the server then
-//! holds the session's locks with that lease under one owner id of its own, renews them every
-//! TTL/3 while the client pings at least once per TTL, and answers each acquire and release on
-//! the stream. The session ends when the client closes the stream, the connection breaks, or
-//! no ping arrives within a TTL — then the server releases all its locks at once. A renewal the
-//! storage refuses or does not answer ends that lock's hold right away: the server sends `Lost`
-//! (fail-closed; the lock's lease then runs out on its own if the storage did not hear of it).
+//! The stream is the session. The client's first message opens it with a TTL (100 ms – 10 min);
+//! each acquire on it holds the lock with that lease under an owner id of its own (so the
+//! session is not reentrant: a second acquire of a name it holds waits like anyone's), the
+//! server renews the session's locks every TTL/3 while the client pings at least once per TTL,
+//! and answers each acquire and release on the stream. A pong is sent only after a renewal round
+//! that started at most TTL/3 earlier and confirmed every lock (a lock a round could not confirm
+//! is reported `Lost` first, on the same ordered stream) — so a pong proves the storage keeps
+//! every remaining hold for at least 2/3 TTL after the ping was sent, which is what clients
+//! count their local deadlines on. A renewal the storage refuses or does not answer ends that
+//! hold right away: `Lost` (fail-closed; the lease runs out on its own).
+//!
+//! How a session ends decides what happens to its locks:
+//! * the client closes the stream — it let go: released at once;
+//! * no ping within a TTL — released at once (the client's own deadline has passed);
+//! * the connection breaks — the client may not know yet: released at the last ping + TTL;
+//! * the server shuts down (SIGTERM) — every lock is reported `Lost` and left to its lease (no
+//!   release a client could race), and the stream ends so the shutdown can finish.
+//!
 //! Acquires waiting when the session ends are cancelled, and a grant that lands afterwards is
 //! released.
-//!
-//! On a graceful server shutdown, sessions end with the connections: their locks are released.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -228,27 +237,62 @@ impl LockService for Grpc {
 
 type Events = mpsc::Sender<Result<pb::SessionEvent, Status>>;
 
+/// The longest session TTL: 10 minutes (a half-open connection keeps its locks up to a TTL).
+const MAX_TTL_MS: u64 = 600_000;
+/// Acquires one session may have waiting at once.
+const MAX_ACQUIRING: usize = 64;
+
+/// One hold of the session: each acquire has an owner of its own, so a second acquire of a
+/// name the session holds waits like anyone else's (not reentrant) and gets its own token.
+struct Held {
+    owner: String,
+    fencing: u64,
+}
+
 /// One session's state, owned by its task.
 struct Session {
     st: Arc<AppState>,
     caller: Caller,
-    owner_text: String,
     ttl_ms: u64,
     holder: Option<Holder>,
-    /// Held locks: name → fencing token.
-    held: HashMap<String, u64>,
+    held: HashMap<String, Held>,
     out: Events,
+    /// When the last renewal round that confirmed every held lock *started*: a pong is sent only
+    /// if it started at most TTL/3 ago, so a pong proves the storage keeps every hold of the
+    /// session for at least 2/3 TTL after the ping was sent (what the client counts on).
+    last_round: tokio::time::Instant,
 }
 
 /// What a finished acquire of the session reports back to the session task.
 struct Finished {
     request_id: u64,
     name: String,
+    owner: String,
     result: Result<(u64, u64), ApiError>,
 }
 
 fn event(kind: pb::session_event::Kind) -> Result<pb::SessionEvent, Status> {
     Ok(pb::SessionEvent { kind: Some(kind) })
+}
+
+fn new_owner() -> String {
+    format!("{:032x}", OwnerId::random().as_u128())
+}
+
+/// Why a session ended, which decides what happens to its locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The client closed the stream: it let go of everything; release at once.
+    Closed,
+    /// No ping within the TTL: the client may believe it holds until its last ping + 2/3 TTL,
+    /// which has passed; release at once.
+    Silent,
+    /// The connection broke: the client may still believe it holds its locks until its last
+    /// ping + 2/3 TTL; release no earlier than the last ping + TTL.
+    Broken,
+    /// The server is shutting down: tell the client its locks are lost, stop renewing, and
+    /// leave the holds to their leases (no release the client could race).
+    Shutdown,
 }
 
 impl Session {
@@ -272,51 +316,56 @@ impl Session {
                 return;
             }
         };
-        if open.ttl_ms < MIN_TTL_MS || open.ttl_ms > crate::MAX_LEASE_MS {
+        if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&open.ttl_ms) {
             let _ = out
                 .send(Err(Status::invalid_argument(format!(
-                    "ttl_ms must be {MIN_TTL_MS}..={}",
-                    crate::MAX_LEASE_MS
+                    "ttl_ms must be {MIN_TTL_MS}..={MAX_TTL_MS}"
                 ))))
                 .await;
             return;
         }
-        let owner = OwnerId::random();
+        let ttl = Duration::from_millis(open.ttl_ms);
         let mut s = Session {
             st,
             caller,
-            owner_text: format!("{:032x}", owner.as_u128()),
             ttl_ms: open.ttl_ms,
             holder: open.holder.map(holder_in),
             held: HashMap::new(),
             out,
+            last_round: tokio::time::Instant::now(),
         };
-        let ttl = Duration::from_millis(open.ttl_ms);
-        let _ = s
-            .out
-            .send(event(pb::session_event::Kind::Opened(pb::Opened {
-                ttl_ms: open.ttl_ms,
-            })))
-            .await;
-        let (done_tx, mut done_rx) = mpsc::channel::<Finished>(64);
+        s.send(pb::session_event::Kind::Opened(pb::Opened {
+            ttl_ms: open.ttl_ms,
+        }))
+        .await;
+        // Unbounded: an acquire that finishes must never be lost in a full channel.
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Finished>();
         let mut acquiring = JoinSet::new();
         let mut last_ping = tokio::time::Instant::now();
         let mut tick = tokio::time::interval(ttl / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await; // the first tick is immediate
-        let why = loop {
+        let shutdown = s.st.shutdown.clone();
+        let end = loop {
             tokio::select! {
                 msg = inbound.message() => match msg {
                     Ok(Some(pb::SessionRequest { kind: Some(kind) })) => match kind {
                         Kind::Ping(p) => {
                             last_ping = tokio::time::Instant::now();
+                            if s.last_round.elapsed() > ttl / 3 {
+                                s.renew_all().await; // a pong must not outrun the renewals
+                            }
                             s.send(pb::session_event::Kind::Pong(pb::Pong { seq: p.seq })).await;
                         }
+                        Kind::Acquire(a) if acquiring.len() >= MAX_ACQUIRING => {
+                            s.error(a.request_id, "invalid_options", "too many acquires waiting in this session").await;
+                        }
                         Kind::Acquire(a) => {
+                            let owner = new_owner();
                             let body = AcquireBody {
                                 lease_ms: s.ttl_ms,
                                 wait_ms: a.wait_ms,
-                                owner: Some(s.owner_text.clone()),
+                                owner: Some(owner.clone()),
                                 note: a.note,
                                 holder: s.holder.clone(),
                             };
@@ -326,48 +375,67 @@ impl Session {
                                     .acquire(&caller, a.name.clone(), body)
                                     .await
                                     .map(|h| (h.fencing_token, h.expires_in_ms));
-                                let _ = done.send(Finished { request_id: a.request_id, name: a.name, result }).await;
+                                let _ = done.send(Finished { request_id: a.request_id, name: a.name, owner, result });
                             });
                         }
                         Kind::Release(r) => s.release(r).await,
                         Kind::Open(_) => {
-                            s.send(pb::session_event::Kind::Error(pb::Error {
-                                request_id: 0,
-                                code: "invalid_options".into(),
-                                message: "the session is already open".into(),
-                            }))
-                            .await;
+                            s.error(0, "invalid_options", "the session is already open").await;
                         }
                     },
                     Ok(Some(pb::SessionRequest { kind: None })) => {}
-                    Ok(None) => break "closed by the client",
-                    Err(_) => break "transport error",
+                    Ok(None) => break End::Closed,
+                    Err(_) => break End::Broken,
                 },
                 Some(done) = done_rx.recv() => s.finished(done).await,
+                Some(_) = acquiring.join_next(), if !acquiring.is_empty() => {}
                 _ = tick.tick() => {
                     if last_ping.elapsed() > ttl {
-                        break "no ping within the TTL";
+                        break End::Silent;
                     }
                     s.renew_all().await;
                 }
+                () = shutdown.cancelled() => break End::Shutdown,
             }
         };
         // Cancel waiting acquires (a grant that lands after this is released by the engine),
-        // then release everything held, including grants still in the channel.
+        // then collect grants that finished meanwhile.
         acquiring.shutdown().await;
         done_rx.close();
         while let Ok(done) = done_rx.try_recv() {
             if let Ok((fencing, _)) = done.result {
-                s.held.insert(done.name, fencing);
+                s.held.insert(
+                    done.name,
+                    Held {
+                        owner: done.owner,
+                        fencing,
+                    },
+                );
             }
         }
-        tracing::debug!(locks = s.held.len(), why, "session ended");
-        let held: Vec<String> = s.held.drain().map(|(name, _)| name).collect();
-        for name in held {
-            let body = ReleaseBody {
-                owner: s.owner_text.clone(),
-            };
-            if let Err(e) = s.st.release(&s.caller, name, body).await {
+        tracing::debug!(locks = s.held.len(), end = ?end, "session ended");
+        match end {
+            End::Shutdown => {
+                let held: Vec<(String, u64)> =
+                    s.held.drain().map(|(name, h)| (name, h.fencing)).collect();
+                for (name, fencing_token) in held {
+                    s.send(pb::session_event::Kind::Lost(pb::Lost {
+                        name,
+                        fencing_token,
+                        reason: "server_shutdown".into(),
+                    }))
+                    .await;
+                }
+                return;
+            }
+            End::Broken => tokio::time::sleep_until(last_ping + ttl).await,
+            End::Closed | End::Silent => {}
+        }
+        for (name, h) in std::mem::take(&mut s.held) {
+            if let Err(e) =
+                s.st.release(&s.caller, name, ReleaseBody { owner: h.owner })
+                    .await
+            {
                 tracing::warn!(error = ?e, "release at the end of a session failed");
             }
         }
@@ -377,11 +445,26 @@ impl Session {
         let _ = self.out.send(event(kind)).await;
     }
 
+    async fn error(&self, request_id: u64, code: &str, message: &str) {
+        self.send(pb::session_event::Kind::Error(pb::Error {
+            request_id,
+            code: code.into(),
+            message: message.into(),
+        }))
+        .await;
+    }
+
     async fn finished(&mut self, done: Finished) {
         use pb::session_event::Kind;
         let kind = match done.result {
             Ok((fencing, expires_in_ms)) => {
-                self.held.insert(done.name.clone(), fencing);
+                self.held.insert(
+                    done.name.clone(),
+                    Held {
+                        owner: done.owner,
+                        fencing,
+                    },
+                );
                 Kind::Acquired(pb::Acquired {
                     request_id: done.request_id,
                     name: done.name,
@@ -412,25 +495,19 @@ impl Session {
 
     async fn release(&mut self, r: pb::SessionRelease) {
         use pb::session_event::Kind;
-        let released = if self.held.remove(&r.name).is_some() {
-            let body = ReleaseBody {
-                owner: self.owner_text.clone(),
-            };
-            match self.st.release(&self.caller, r.name.clone(), body).await {
-                Ok(done) => done.released,
-                Err(e) => {
-                    let body = e.body();
-                    self.send(Kind::Error(pb::Error {
-                        request_id: r.request_id,
-                        code: body.error.clone(),
-                        message: body.message.clone(),
-                    }))
-                    .await;
-                    return;
+        let released = match self.held.remove(&r.name) {
+            Some(h) => {
+                let body = ReleaseBody { owner: h.owner };
+                match self.st.release(&self.caller, r.name.clone(), body).await {
+                    Ok(done) => done.released,
+                    Err(e) => {
+                        let body = e.body();
+                        self.error(r.request_id, &body.error, &body.message).await;
+                        return;
+                    }
                 }
             }
-        } else {
-            false
+            None => false,
         };
         self.send(Kind::Released(pb::Released {
             request_id: r.request_id,
@@ -443,10 +520,15 @@ impl Session {
     /// Renews every held lock; a lock whose renewal is not confirmed is dropped and reported
     /// `Lost` at once.
     async fn renew_all(&mut self) {
-        let names: Vec<(String, u64)> = self.held.iter().map(|(n, f)| (n.clone(), *f)).collect();
-        for (name, fencing) in names {
+        let started = tokio::time::Instant::now();
+        let names: Vec<(String, String, u64)> = self
+            .held
+            .iter()
+            .map(|(n, h)| (n.clone(), h.owner.clone(), h.fencing))
+            .collect();
+        for (name, owner, fencing) in names {
             let body = RenewBody {
-                owner: self.owner_text.clone(),
+                owner,
                 lease_ms: self.ttl_ms,
             };
             let reason = match self.st.renew(&self.caller, name.clone(), body).await {
@@ -465,5 +547,6 @@ impl Session {
             }))
             .await;
         }
+        self.last_round = started;
     }
 }

@@ -52,6 +52,7 @@
 //! **Shutdown.** [`Server::serve`] stops accepting when `shutdown` completes and lets requests
 //! in flight finish (long polls included, ≤ 30 s). Locks held through the HTTP API are the
 //! clients': they stay held until released or their lease ends, whatever happens to the server.
+//! gRPC sessions end: their locks are reported `Lost` to the client and left to their leases.
 //!
 //! **Auth.** See [`auth`]: bearer tokens stored as SHA-256 hashes, per-prefix `read` / `lock` /
 //! `admin` grants. Admin actions are logged on the `storage_lock::audit` target with who, what
@@ -118,6 +119,7 @@ pub struct Server {
     locks: StorageLock,
     auth: Option<Auth>,
     metrics: Option<PrometheusHandle>,
+    shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl Server {
@@ -128,6 +130,7 @@ impl Server {
             locks: locks.into(),
             auth: None,
             metrics: None,
+            shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -177,6 +180,7 @@ impl Server {
         let state = Arc::new(api::AppState {
             locks: self.locks,
             auth: self.auth,
+            shutdown: self.shutdown,
         });
         let grpc =
             storage_lock_proto::v1::lock_service_server::LockServiceServer::new(grpc::Grpc {
@@ -240,8 +244,12 @@ impl Server {
                 tracing::debug!(error = %e, "TCP_NODELAY not set");
             }
         });
+        let sessions = self.shutdown.clone();
         axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                sessions.cancel(); // gRPC sessions end (see the grpc module), so shutdown can finish
+            })
             .await
     }
 }

@@ -345,8 +345,9 @@ async fn a_killed_client_process_frees_its_locks_within_the_ttl() {
         if state(&base, "s%2Fkilled").await != "held" {
             break;
         }
+        // A broken connection releases at the last ping + TTL (the client may not know yet).
         assert!(
-            killed.elapsed() < Duration::from_millis(1000),
+            killed.elapsed() < Duration::from_millis(1300),
             "held past the TTL"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -191,6 +191,16 @@ async fn bad_input_is_a_4xx_with_the_error_body_and_holds_nothing() {
             json!({"lease_ms": 1000, "note": "n".repeat(2000)}),
             "invalid_options",
         ),
+        (
+            "a",
+            json!({"lease_ms": 1000, "note": "nul \u{0} byte"}),
+            "invalid_options",
+        ),
+        (
+            "a",
+            json!({"lease_ms": 1000, "owner": "+123456789abcdef0123456789abcdef"}),
+            "invalid_owner",
+        ),
         ("%01ctl", json!({"lease_ms": 1000}), "invalid_name"),
         ("%20", json!({"lease_ms": 1000}), "invalid_name"),
         (&"n".repeat(300), json!({"lease_ms": 1000}), "invalid_name"),
@@ -660,4 +670,76 @@ async fn openapi_describes_every_route_and_requests_carry_ids() {
         .await
         .unwrap();
     assert_eq!(res.headers()["x-request-id"].len(), 16);
+}
+
+/// A client whose first acquire timed out while the storage was slow retries with the same
+/// owner; the first request's grant lands after the retry started. The retry collects the hold
+/// and it stays held: the abandoned request must not release what the retry adopted.
+#[tokio::test]
+async fn an_abandoned_grant_is_left_to_the_owners_retry() {
+    let faulty = Arc::new(FaultyStorage::new(MemoryStorage::new()));
+    let api = Api::start(faulty.clone(), None).await;
+    let owner = "00000000000000000000000000000abc";
+    faulty.set_delay(Duration::from_millis(400));
+    let first = api
+        .http
+        .post(format!("{}/v1/locks/retry/acquire", api.base))
+        .timeout(Duration::from_millis(100))
+        .json(&json!({"lease_ms": 60_000, "owner": owner}))
+        .send()
+        .await;
+    assert!(first.is_err(), "the first attempt timed out on the client");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, hold) = api
+        .acquire("retry", json!({"lease_ms": 60_000, "owner": owner}))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the retry collects the hold: {hold}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await; // every abandoned call has finished
+    faulty.set_delay(Duration::ZERO);
+    let (status, renewed) = api
+        .post(
+            "/v1/locks/retry/renew",
+            json!({"owner": owner, "lease_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "still held by the owner: {renewed}");
+}
+
+#[tokio::test]
+async fn list_cursors_are_opaque_and_page_through() {
+    let api = Api::memory().await;
+    for i in 0..5 {
+        api.acquire(&format!("page%2F{i}"), json!({"lease_ms": 60_000}))
+            .await;
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/locks?prefix=page%2F&limit=2&cursor={c}"),
+            None => "/v1/locks?prefix=page%2F&limit=2".to_owned(),
+        };
+        let (status, page) = api.get(&path).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        for l in page["locks"].as_array().unwrap() {
+            seen.push(l["name"].as_str().unwrap().to_owned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => {
+                assert!(!c.contains("page"), "opaque: {c}");
+                cursor = Some(c.to_owned());
+            }
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        (0..5).map(|i| format!("page/{i}")).collect::<Vec<_>>()
+    );
+    let (status, body) = api.get("/v1/locks?cursor=zz").await;
+    assert_error(status, &body, StatusCode::BAD_REQUEST, "invalid_query");
 }

@@ -72,7 +72,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             .then(|| tracing::debug_span!("storage_lock.acquire", key = %key));
         let acquire = async {
             let req = self.request(OwnerId::random(), options, false);
-            let Some(granted) = self.acquire_loop(&key, &req, options, false).await? else {
+            let Some(granted) = self.acquire_loop(&key, &req, options, None).await? else {
                 return Ok(None);
             };
             let backend = EngineHold::new(
@@ -162,13 +162,14 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     ///
     /// `resume`: the owner may already hold the key from an earlier request whose answer was
     /// lost (a client's retry): a busy answer is then checked against the record and the
-    /// owner's hold adopted.
+    /// owner's hold adopted; and a grant abandoned by a dropped call is released only if no
+    /// newer request of the owner has started (see `owned::Resumes`).
     pub(crate) async fn acquire_loop(
         &self,
         key: &Arc<str>,
         req: &AcquireRequest,
         options: &AcquireOptions,
-        resume: bool,
+        resume: Option<Arc<super::owned::ResumeTicket>>,
     ) -> Result<Option<Granted>, LockError> {
         let started = Instant::now();
         let boot_started = BootInstant::now();
@@ -183,7 +184,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let mut failures: u32 = 0;
         // When a failed attempt may have been granted without our hearing of it: the instant
         // before it was sent.
-        let mut uncertain_since: Option<BootInstant> = resume.then_some(boot_started);
+        let mut uncertain_since: Option<BootInstant> = resume.is_some().then_some(boot_started);
         loop {
             if cancelled() {
                 self.shared.events.emit(LockEventKind::Cancelled, key, None);
@@ -209,7 +210,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             } else {
                 BootInstant::now()
             };
-            let outcome = match self.try_acquire_detached(key, req).await {
+            let outcome = match self.try_acquire_detached(key, req, resume.clone()).await {
                 Ok(outcome) => outcome,
                 // While *waiting*, an unreachable storage is one more reason to wait: retry
                 // with backoff until the budget ends (holding stays fail-closed elsewhere).
@@ -254,7 +255,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         count,
                         expires_at,
                         expires_in: req.lease,
-                        sent_at,
+                        // After an attempt whose answer was lost, this grant may be that
+                        // attempt's (a server adopts it for the retry): count from before it.
+                        sent_at: uncertain_since.map_or(sent_at, |u| u.min(sent_at)),
                     }));
                 }
                 busy @ AcquireOutcome::Busy { .. } => busy.busy_for().unwrap_or_default(),
@@ -349,17 +352,23 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         &self,
         key: &Arc<str>,
         req: &AcquireRequest,
+        resume: Option<Arc<super::owned::ResumeTicket>>,
     ) -> Result<AcquireOutcome, StorageError> {
         let (storage, key, req) = (self.storage.clone(), key.clone(), req.clone());
         let (outcome, ..) = detached(
             async move {
                 let outcome = storage.as_ref().acquire_once(&key, &req).await;
-                (outcome, storage, key, req.owner)
+                (outcome, storage, key, req.owner, resume)
             },
-            |(outcome, storage, key, owner)| async move {
-                if let Ok(AcquireOutcome::Acquired { .. }) = outcome
-                    && let Err(e) = storage.as_ref().release(&key, owner).await
-                {
+            |(outcome, storage, key, owner, resume)| async move {
+                let Ok(AcquireOutcome::Acquired { .. }) = outcome else {
+                    return;
+                };
+                if resume.as_ref().is_some_and(|t| !t.is_latest()) {
+                    tracing::debug!(key = %key, "abandoned grant left to the owner's retry");
+                    return;
+                }
+                if let Err(e) = storage.as_ref().release(&key, owner).await {
                     tracing::warn!(key = %key, error = %e, "release of an abandoned grant failed");
                 }
             },

@@ -59,6 +59,8 @@ pub(crate) struct EngineShared {
     holder: Arc<HolderInfo>,
     provider: ProviderInfo,
     pub(crate) events: events::Events,
+    /// Requests by explicit owners in flight, per (key, owner): see `owned::ResumeTicket`.
+    pub(crate) resumes: owned::Resumes,
 }
 
 impl<S: Storage + ?Sized> Clone for StorageLock<S> {
@@ -299,6 +301,7 @@ impl<S: Storage + ?Sized> StorageLockBuilder<S> {
                 holder: Arc::new(self.holder),
                 provider,
                 events: events::Events::new(),
+                resumes: owned::Resumes::default(),
             }),
         })
     }

@@ -6,15 +6,78 @@
 //! (same fencing token), so a client may retry an acquire whose answer it lost without ever
 //! getting a second grant. Waiting, notifications, storage-error retries and cancel safety are
 //! the acquire loop's (see `acquire`): a dropped `acquire_as` future releases a grant that lands
-//! afterwards.
+//! afterwards — unless a newer request of the same owner for the same key has started by then
+//! (a client's retry, which adopts the hold; see [`Resumes`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use super::StorageLock;
 use super::events::LockEventKind;
 use crate::contract::{AcquireOptions, LockError};
 use crate::storage::{HolderInfo, OwnerId, ReleaseOutcome, RenewOutcome, Storage};
+
+/// Acquires by explicit owners in flight: per (key, owner), how many requests (and abandoned
+/// storage calls) are alive, and a generation bumped by every new request.
+///
+/// A request dropped while its storage call is pending releases a grant that lands afterwards
+/// (cancel safety) — unless a newer request of the same owner for the same key has started
+/// since: that retry adopts (or will adopt) the hold, and releasing it would leave the client
+/// believing it holds a free lock. Then the grant is left to the retry, and to its lease.
+#[derive(Default)]
+pub(crate) struct Resumes(Mutex<HashMap<(Arc<str>, OwnerId), (u64, u32)>>);
+
+/// One request's place in [`Resumes`]; dropped when the request and its storage call are done.
+pub(crate) struct ResumeTicket {
+    shared: Arc<super::EngineShared>,
+    key: Arc<str>,
+    owner: OwnerId,
+    generation: u64,
+}
+
+impl Resumes {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, OwnerId), (u64, u32)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl ResumeTicket {
+    fn enter(shared: &Arc<super::EngineShared>, key: &Arc<str>, owner: OwnerId) -> Arc<Self> {
+        let mut map = shared.resumes.map();
+        let entry = map.entry((key.clone(), owner)).or_insert((0, 0));
+        entry.0 += 1;
+        entry.1 += 1;
+        Arc::new(Self {
+            shared: shared.clone(),
+            key: key.clone(),
+            owner,
+            generation: entry.0,
+        })
+    }
+
+    /// Whether no newer request of this owner for this key has started.
+    pub(crate) fn is_latest(&self) -> bool {
+        self.shared
+            .resumes
+            .map()
+            .get(&(self.key.clone(), self.owner))
+            .is_none_or(|(g, _)| *g == self.generation)
+    }
+}
+
+impl Drop for ResumeTicket {
+    fn drop(&mut self) {
+        let mut map = self.shared.resumes.map();
+        let id = (self.key.clone(), self.owner);
+        if let Some(entry) = map.get_mut(&id) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                map.remove(&id);
+            }
+        }
+    }
+}
 
 /// A hold of an explicit owner ([`StorageLock::acquire_as`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +173,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             holder.note = options.note.clone().or(holder.note);
             req.holder = Some(Arc::new(holder));
         }
-        let Some(granted) = self.acquire_loop(&key, &req, options, true).await? else {
+        let ticket = ResumeTicket::enter(&self.shared, &key, owner);
+        let Some(granted) = self.acquire_loop(&key, &req, options, Some(ticket)).await? else {
             return Ok(None);
         };
         let Some(expires_at) = granted.expires_at.to_system_time() else {

@@ -46,7 +46,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         super::runtime::lease_representable(options.lease)?;
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
         let req = self.request(owner, options, true);
-        let Some(granted) = self.acquire_loop(&key, &req, options, false).await? else {
+        let Some(granted) = self.acquire_loop(&key, &req, options, None).await? else {
             return Ok(None);
         };
         let Some(expires_at) = granted.expires_at.to_system_time() else {

@@ -64,6 +64,12 @@ pub trait HoldIo: Send + Sync + 'static {
     /// # Errors
     /// The release could not be confirmed (the lease still ends the hold).
     async fn release(&self) -> Result<(), LockError>;
+    /// The longest lease a confirmed renewal vouches for, counted from before it was sent; the
+    /// handle's local deadline after a renewal of `lease` is counted with the smaller of the two.
+    /// `None` (the default): the renewal grants exactly the lease asked for.
+    fn vouched_lease(&self) -> Option<Duration> {
+        None
+    }
     /// Called once when the handle turns lost.
     fn on_lost(&self) {}
 }
@@ -282,7 +288,8 @@ impl HoldRuntime {
                 expires_at,
                 deadline,
             } => {
-                *deadline = local_deadline(sent_at, lease);
+                let vouched = self.backend.vouched_lease().map_or(lease, |v| v.min(lease));
+                *deadline = local_deadline(sent_at, vouched);
                 *expires_at = confirmed;
                 RenewalResult::Renewed {
                     expires_at: confirmed,
