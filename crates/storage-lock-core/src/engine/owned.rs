@@ -26,7 +26,10 @@ use crate::storage::{HolderInfo, OwnerId, ReleaseOutcome, RenewOutcome, Storage}
 /// since: that retry adopts (or will adopt) the hold, and releasing it would leave the client
 /// believing it holds a free lock. Then the grant is left to the retry, and to its lease.
 #[derive(Default)]
-pub(crate) struct Resumes(Mutex<HashMap<(Arc<str>, OwnerId), (u64, u32)>>);
+pub(crate) struct Resumes(Mutex<ResumeMap>);
+
+/// (key, owner) → (generation of the newest request, requests and abandoned calls alive).
+type ResumeMap = HashMap<(Arc<str>, OwnerId), (u64, u32)>;
 
 /// One request's place in [`Resumes`]; dropped when the request and its storage call are done.
 pub(crate) struct ResumeTicket {
@@ -37,7 +40,7 @@ pub(crate) struct ResumeTicket {
 }
 
 impl Resumes {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, OwnerId), (u64, u32)>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, ResumeMap> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
