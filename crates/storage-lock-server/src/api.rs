@@ -452,7 +452,7 @@ fn cursor_out(key: String) -> String {
 
 fn cursor_in(cursor: &str) -> Result<String, ApiError> {
     let bad = || ApiError::bad_request("invalid_query", "cursor is not one this server gave out");
-    if cursor.len() % 2 != 0 || !cursor.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !cursor.len().is_multiple_of(2) || !cursor.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad());
     }
     let bytes: Vec<u8> = (0..cursor.len())
