@@ -180,6 +180,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let Some(granted) = self.acquire_loop(&key, &req, options, Some(ticket)).await? else {
             return Ok(None);
         };
+        super::telemetry::not_a_handle();
         let Some(expires_at) = granted.expires_at.to_system_time() else {
             if let Err(e) = self.storage.as_ref().release(&key, owner).await {
                 tracing::warn!(error = %e, "release after an unrepresentable expiry failed");

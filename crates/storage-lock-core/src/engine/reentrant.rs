@@ -49,6 +49,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let Some(granted) = self.acquire_loop(&key, &req, options, None).await? else {
             return Ok(None);
         };
+        super::telemetry::not_a_handle();
         let Some(expires_at) = granted.expires_at.to_system_time() else {
             // Release the level just taken first, then report.
             if let Err(e) = self.storage.as_ref().release(&key, owner).await {

@@ -8,7 +8,7 @@
 //! | `storage_lock_contended_total` | counter | |
 //! | `storage_lock_lost_total` | counter | |
 //! | `storage_lock_hold_seconds` | histogram | |
-//! | `storage_lock_held` | gauge | |
+//! | `storage_lock_held` | gauge (handles held by this process; explicit-owner and reentrant holds are not counted) | |
 
 use std::time::Duration;
 
@@ -58,6 +58,12 @@ pub(crate) fn lost() {
 }
 
 /// Records the end of a hold (released or lost).
+/// A grant that does not become a handle of this process (explicit-owner and reentrant holds:
+/// their owner renews and releases them, maybe from elsewhere): not counted as held here.
+pub(crate) fn not_a_handle() {
+    metrics::gauge!("storage_lock_held").decrement(1.0);
+}
+
 pub(crate) fn hold_ended(held_for: Duration) {
     metrics::gauge!("storage_lock_held").decrement(1.0);
     metrics::histogram!("storage_lock_hold_seconds").record(held_for.as_secs_f64());
