@@ -154,3 +154,85 @@ fn sigterm_stops_the_server_cleanly() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// The CLI works against a server unchanged: `--storage http://…` for run, acquire, renew,
+/// release, list and inspect; two contending `run`s take turns.
+#[test]
+fn the_cli_works_against_a_server() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Served::start(&format!("sqlite://{}/locks.db", dir.path().display()), &[]);
+    let url = server.url.as_str();
+    let out = support::cli(
+        dir.path(),
+        url,
+        &[
+            "run",
+            "cli/run",
+            "--",
+            "sh",
+            "-c",
+            "echo token=$STORAGE_LOCK_FENCING_TOKEN",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("token=1"));
+    let out = support::cli(
+        dir.path(),
+        url,
+        &["acquire", "cli/script", "--lease", "30s"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(support::is_held(dir.path(), url, "cli/script"));
+    let list = support::cli(dir.path(), url, &["list"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains("cli/script"));
+    assert!(
+        support::cli(dir.path(), url, &["renew", &token])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(
+        support::cli(dir.path(), url, &["release", &token])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(!support::is_held(dir.path(), url, "cli/script"));
+    let again = support::cli(dir.path(), url, &["release", &token])
+        .status()
+        .unwrap();
+    assert_eq!(again.code(), Some(76), "no longer held");
+    // Two runs on one lock take turns through the server.
+    let slow = |_| {
+        support::cli(
+            dir.path(),
+            url,
+            &["run", "-w", "20", "cli/turns", "--", "sleep", "0.5"],
+        )
+        .spawn()
+        .unwrap()
+    };
+    let started = std::time::Instant::now();
+    let mut a = slow(0);
+    let mut b = slow(1);
+    assert!(support::wait_within(&mut a, Duration::from_secs(20)).success());
+    assert!(support::wait_within(&mut b, Duration::from_secs(20)).success());
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "they took turns"
+    );
+}

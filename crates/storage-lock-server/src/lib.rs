@@ -125,6 +125,17 @@ pub struct Server {
 impl Server {
     /// A server for `locks`, without auth (anyone reaching the port may lock anything; the
     /// `serve` command refuses that on non-loopback addresses) and without `/metrics`.
+    ///
+    /// Give it a [`StorageLock`] with the default normalizer: lists show storage keys, and
+    /// per-prefix grants are checked against them.
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::{MemoryStorage, StorageLock};
+    /// let server = storage_lock_server::Server::new(StorageLock::new(MemoryStorage::new()).unwrap());
+    /// let router = server.router(); // serve it, or nest it in a larger axum application
+    /// # drop(router);
+    /// ```
     pub fn new(locks: impl Into<StorageLock>) -> Self {
         Self {
             locks: locks.into(),
