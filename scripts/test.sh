@@ -3,7 +3,7 @@
 # on memory, SQLite, PostgreSQL, MySQL/MariaDB and Redis, the multi-process tests, the
 # connection-loss tests, the CLI's end-to-end tests on every backend, the lock server and its SDK
 # over HTTP and gRPC), doc tests, a build of the benchmarks, and schemathesis against the server's
-# OpenAPI document. scripts/services.sh starts the servers if needed; one that stays unreachable
+# OpenAPI document, and the web page's browser tests. scripts/services.sh starts the servers if needed; one that stays unreachable
 # fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,3 +13,5 @@ cargo test --workspace --all-features --doc
 # The lock server's HTTP API against its own OpenAPI document (installs schemathesis if needed):
 # no server error, no undocumented status, no response that breaks the schema.
 scripts/schemathesis.sh "${CARGO_TARGET_DIR:-target}/debug/storage-lock"
+# The web page in headless Chromium (installs Debian's chromium and Playwright if needed).
+scripts/ui-test.sh "${CARGO_TARGET_DIR:-target}/debug/storage-lock"

@@ -14,9 +14,7 @@
 //! `/v3/lease/grant`, `/v3/lease/revoke`) over HTTP/1.1 — the same transport as our HTTP rows.
 
 use std::future::Future;
-use std::io::{BufRead, BufReader};
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,6 +23,11 @@ use serde_json::{Value, json};
 use storage_lock_core::{AcquireOptions, DistributedLock, MemoryStorage, StorageLock};
 use storage_lock_proto::v1 as pb;
 use storage_lock_proto::v1::lock_service_client::LockServiceClient;
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use support::Served;
 
 type Cycle = Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
@@ -71,40 +74,6 @@ fn summary(mut v: Vec<Duration>) -> String {
         percentile(&v, 0.5).as_secs_f64() * 1e3,
         percentile(&v, 0.99).as_secs_f64() * 1e3
     )
-}
-
-/// A `storage-lock serve` process; killed on drop.
-struct Served {
-    child: Child,
-    base: String,
-}
-
-impl Served {
-    fn start(storage: &str) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_storage-lock"))
-            .args(["--storage", storage, "serve", "--listen", "127.0.0.1:0"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start storage-lock serve");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let base = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|l| {
-                let rest = l.split(" on http://").nth(1)?;
-                Some(format!("http://{}", rest.split_whitespace().next()?))
-            })
-            .expect("the server says where it listens");
-        std::thread::spawn(move || lines.for_each(drop));
-        Self { child, base }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn http() -> reqwest::Client {
@@ -371,13 +340,13 @@ async fn main() {
             "STORAGE_LOCK_ETCD_URL is not set: the etcd rows are skipped (run scripts/bench-server.sh)"
         );
     }
-    let memory = Served::start("memory:");
+    let memory = Served::start("memory:", &[]);
     let direct: Arc<dyn DistributedLock> =
         Arc::new(StorageLock::new(MemoryStorage::new()).unwrap());
     let sdk: Arc<dyn DistributedLock> =
-        Arc::new(storage_lock_client::connect(&memory.base).await.unwrap());
+        Arc::new(storage_lock_client::connect(&memory.url).await.unwrap());
     let session: Arc<dyn DistributedLock> = Arc::new(
-        storage_lock_client::SessionLock::open(&memory.base, Duration::from_secs(30))
+        storage_lock_client::SessionLock::open(&memory.url, Duration::from_secs(30))
             .await
             .unwrap(),
     );
@@ -387,8 +356,8 @@ async fn main() {
     println!("|---|---|---|---|---|");
     for clients in [1, 16] {
         let engine = throughput(clients, lock_cycle(direct.clone(), "direct")).await;
-        let http_raw = throughput(clients, http_cycle(&memory.base, "http")).await;
-        let grpc_raw = throughput(clients, grpc_cycle(&memory.base, "grpc").await).await;
+        let http_raw = throughput(clients, http_cycle(&memory.url, "http")).await;
+        let grpc_raw = throughput(clients, grpc_cycle(&memory.url, "grpc").await).await;
         let sdk_http = throughput(clients, lock_cycle(sdk.clone(), "sdk")).await;
         let sdk_session = throughput(clients, lock_cycle(session.clone(), "session")).await;
         let etcd_rows = match &etcd {
@@ -438,11 +407,11 @@ async fn main() {
     println!("|---|---|");
     println!(
         "| server on memory, HTTP long poll | {} |",
-        summary(handoff_http(&memory.base).await)
+        summary(handoff_http(&memory.url).await)
     );
     println!(
         "| server on memory, gRPC unary wait | {} |",
-        summary(handoff_grpc(&memory.base).await)
+        summary(handoff_grpc(&memory.url).await)
     );
     if let Some(e) = &etcd {
         println!(
@@ -451,7 +420,7 @@ async fn main() {
         );
     }
     if let Some(pg) = pg {
-        let served = Served::start(&format!("{pg}?table=storage_lock_bench_server"));
+        let served = Served::start(&format!("{pg}?table=storage_lock_bench_server"), &[]);
         let pg_direct: Arc<dyn DistributedLock> = Arc::new(
             storage_lock::connect(&format!("{pg}?table=storage_lock_bench_server"))
                 .await
@@ -464,8 +433,8 @@ async fn main() {
         println!("|---|---|---|---|---|");
         for clients in [1, 16] {
             let engine = throughput(clients, lock_cycle(pg_direct.clone(), "pg-direct")).await;
-            let http_raw = throughput(clients, http_cycle(&served.base, "pg-http")).await;
-            let grpc_raw = throughput(clients, grpc_cycle(&served.base, "pg-grpc").await).await;
+            let http_raw = throughput(clients, http_cycle(&served.url, "pg-http")).await;
+            let grpc_raw = throughput(clients, grpc_cycle(&served.url, "pg-grpc").await).await;
             row("server, HTTP", clients, http_raw, "engine direct", engine);
             row(
                 "server, gRPC unary",
@@ -480,11 +449,11 @@ async fn main() {
         println!("|---|---|");
         println!(
             "| server, HTTP long poll | {} |",
-            summary(handoff_http(&served.base).await)
+            summary(handoff_http(&served.url).await)
         );
         println!(
             "| server, gRPC unary wait | {} |",
-            summary(handoff_grpc(&served.base).await)
+            summary(handoff_grpc(&served.url).await)
         );
     }
 }

@@ -85,6 +85,8 @@ pub(crate) struct AppState {
     pub auth: Option<Auth>,
     /// Cancelled when the server starts shutting down (ends gRPC sessions).
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// What the web page shows that the storage does not keep (events seen here).
+    pub ui: crate::ui::Recorder,
 }
 
 pub(crate) type Shared = State<Arc<AppState>>;
@@ -382,11 +384,15 @@ impl Caller {
         }
     }
 
-    fn may(&self, st: &AppState, name: &str, needed: Permission) -> bool {
+    pub(crate) fn may(&self, st: &AppState, name: &str, needed: Permission) -> bool {
         self.require(st, name, needed).is_ok()
     }
 
-    fn who(&self) -> &str {
+    pub(crate) fn anonymous() -> Self {
+        Self(None)
+    }
+
+    pub(crate) fn who(&self) -> &str {
         self.0.as_ref().map_or("anonymous", Principal::name)
     }
 }

@@ -30,6 +30,7 @@
 //! | `GET /openapi.json` | the OpenAPI 3.1 document of all of the above |
 //! | `GET /metrics` | Prometheus text (when a recorder handle is given) |
 //! | `GET /healthz`, `GET /readyz` | the process is up · the storage answers |
+//! | `GET /ui` | the live web page (see `ui`): locks, holders, time left; admin force-release |
 //! | gRPC `storagelock.v1.LockService/*` | the same operations, and sessions (see `grpc`) |
 //!
 //! gRPC (HTTP/2) and HTTP share the port. The gRPC service's contract, including the status
@@ -63,6 +64,7 @@ pub mod auth;
 mod error;
 mod grpc;
 mod observe;
+mod ui;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -192,6 +194,7 @@ impl Server {
             locks: self.locks,
             auth: self.auth,
             shutdown: self.shutdown,
+            ui: ui::Recorder::default(),
         });
         let grpc =
             storage_lock_proto::v1::lock_service_server::LockServiceServer::new(grpc::Grpc {
@@ -225,6 +228,7 @@ impl Server {
                     }
                 }),
             )
+            .merge(ui::routes())
             .route("/healthz", get(api::healthz))
             .route("/readyz", get(api::readyz))
             .fallback(api::not_found)

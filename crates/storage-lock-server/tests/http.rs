@@ -75,22 +75,9 @@ impl Api {
         self.post(&format!("/v1/locks/{name}/acquire"), body).await
     }
 
-    /// Every lock's (name, state, fencing token), as the list shows them.
+    /// Every lock's (name, state, fencing token), as the list shows them (no token).
     async fn snapshot(&self) -> Vec<(String, String, String)> {
-        let (status, list) = self.as_token(None).get("/v1/locks").await;
-        assert_eq!(status, StatusCode::OK, "{list}");
-        list["locks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                (
-                    l["name"].as_str().unwrap().to_owned(),
-                    l["state"].as_str().unwrap().to_owned(),
-                    l["fencing_token"].as_str().unwrap_or("").to_owned(),
-                )
-            })
-            .collect()
+        self.as_token(None).snapshot_as().await
     }
 }
 

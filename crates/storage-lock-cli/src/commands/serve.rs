@@ -32,6 +32,15 @@ pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8
         }
         None => None,
     };
+    // A server logs its admin actions (who force-released what) even without -v.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,storage_lock::audit=info")
+            }),
+        )
+        .try_init();
     let opened = storage::open(url, HolderInfo::this_process(), quiet).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await

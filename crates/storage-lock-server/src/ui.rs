@@ -1,0 +1,809 @@
+//! The live web page at `/ui`: held locks with their holders, fencing tokens and time left,
+//! updated over server-sent events; a page per lock with its record and recent events; an admin
+//! force-release with confirmation.
+//!
+//! * **Server-rendered** (maud escapes every value: a name or note `<script>` shows as text), no
+//!   build step, no external fonts or scripts: it works offline. With JavaScript off the pages
+//!   render and refresh by reload; with it, ~60 lines of inline script apply the snapshots of
+//!   `/ui/events` (SSE, every 500 ms) with `textContent` and count time left down.
+//! * **Sign-in** with the same bearer tokens as the API: a form that sets an `HttpOnly`,
+//!   `SameSite=Strict` cookie (path `/ui`); the page shows only what the token may `read`, and
+//!   the force-release button only where it is `admin`. Without `--auth` there is nothing to
+//!   sign in to (as with the API, everyone may do everything).
+//! * **Force-release** posts a form that carries a CSRF token (an HMAC of the session under a
+//!   secret of this server process) and the fencing token the operator saw; it asks for
+//!   confirmation naming the holder and the token (a dialog with JavaScript, a confirmation page
+//!   without). It goes through the same operation as the API, so it is logged on the
+//!   `storage_lock::audit` target with who did it, and the fencing token moves forward.
+//! * **Counters** (held, acquisitions/s over the last 10 s, contention and losses in the last
+//!   minute) and per-lock events come from the events of this server's engine: what this server
+//!   saw, not what other replicas did. "Expiring" means less than 10 % of the hold's span
+//!   (acquired → expiry) is left.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use axum::Form;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use storage_lock_core::{LockEventKind, StorageExt};
+
+use crate::api::{
+    AppState, Caller, ForceReleaseBody, GetQuery, ListQuery, LockInfo, LockState, Shared,
+};
+use crate::auth::Permission;
+
+const COOKIE: &str = "sl_token";
+/// Events kept for counters and lock pages.
+const KEEP_EVENTS: usize = 20_000;
+/// How often `/ui/events` sends a snapshot.
+const SNAPSHOT_EVERY: Duration = Duration::from_millis(500);
+
+/// What the page knows from this server's engine events.
+pub(crate) struct Recorder {
+    events: Mutex<VecDeque<Seen>>,
+    started: OnceLock<()>,
+    /// The CSRF secret of this server process.
+    secret: [u8; 32],
+}
+
+#[derive(Clone)]
+struct Seen {
+    at: SystemTime,
+    kind: LockEventKind,
+    key: Arc<str>,
+    fencing: Option<u64>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        let mut secret = [0u8; 32];
+        secret[..16].copy_from_slice(&rand::random::<u128>().to_le_bytes());
+        secret[16..].copy_from_slice(&rand::random::<u128>().to_le_bytes());
+        Self {
+            events: Mutex::new(VecDeque::new()),
+            started: OnceLock::new(),
+            secret,
+        }
+    }
+}
+
+impl Recorder {
+    /// Starts following the engine's events (once; from inside the runtime).
+    fn start(st: &Arc<AppState>) {
+        st.ui.started.get_or_init(|| {
+            let mut rx = st.locks.subscribe();
+            let weak = Arc::downgrade(st);
+            tokio::spawn(async move {
+                loop {
+                    let ev = match rx.recv().await {
+                        Ok(ev) => ev,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(_) => break,
+                    };
+                    let Some(st) = weak.upgrade() else { break };
+                    let mut events = st.ui.events.lock().unwrap_or_else(|e| e.into_inner());
+                    if events.len() >= KEEP_EVENTS {
+                        events.pop_front();
+                    }
+                    events.push_back(Seen {
+                        at: SystemTime::now(),
+                        kind: ev.kind,
+                        key: ev.key,
+                        fencing: ev.fencing_token,
+                    });
+                }
+            });
+        });
+    }
+
+    fn since(&self, window: Duration) -> Vec<Seen> {
+        let from = SystemTime::now() - window;
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        events.iter().filter(|e| e.at >= from).cloned().collect()
+    }
+
+    fn of(&self, key: &str, n: usize) -> Vec<Seen> {
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<Seen> = events
+            .iter()
+            .rev()
+            .filter(|e| &*e.key == key)
+            .take(n)
+            .cloned()
+            .collect();
+        v.reverse();
+        v
+    }
+
+    fn csrf(&self, session: &str) -> String {
+        hex(&hmac(&self.secret, session.as_bytes()))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// HMAC-SHA256 (RFC 2104).
+fn hmac(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
+    let mut k = [0u8; 64];
+    k[..32].copy_from_slice(key);
+    let pad = |b: u8| k.iter().map(|x| x ^ b).collect::<Vec<u8>>();
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(msg)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+fn kind_name(k: LockEventKind) -> &'static str {
+    match k {
+        LockEventKind::Acquired => "acquired",
+        LockEventKind::Contended => "contended",
+        LockEventKind::TimedOut => "timed out",
+        LockEventKind::Cancelled => "cancelled",
+        LockEventKind::Renewed => "renewed",
+        LockEventKind::RenewFailed => "renewal refused (lost)",
+        LockEventKind::Lost => "lost",
+        LockEventKind::Released => "released",
+        LockEventKind::ForceReleased => "force-released",
+        _ => "other",
+    }
+}
+
+/// Who looks at the page.
+struct Viewer {
+    caller: Caller,
+    /// The cookie's token (the session), if signed in.
+    token: Option<String>,
+    auth: bool,
+}
+
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_owned())
+}
+
+impl Viewer {
+    /// The viewer, or the sign-in page when the server has auth and the cookie is missing or
+    /// no longer valid.
+    fn of(st: &AppState, headers: &HeaderMap) -> Result<Self, Response> {
+        let token = cookie_token(headers);
+        let value = token.as_ref().map(|t| format!("Bearer {t}"));
+        match Caller::from_authorization(st, value.as_deref()) {
+            Ok(caller) => Ok(Self {
+                caller,
+                token,
+                auth: st.auth.is_some(),
+            }),
+            Err(_) => Err(Redirect::to("/ui/login").into_response()),
+        }
+    }
+
+    fn session(&self) -> &str {
+        self.token.as_deref().unwrap_or("anonymous")
+    }
+}
+
+pub(crate) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/ui", get(locks_page))
+        .route("/ui/", get(|| async { Redirect::to("/ui") }))
+        .route("/ui/locks/{name}", get(lock_page))
+        .route("/ui/locks/{name}/force-release", post(force_release))
+        .route("/ui/events", get(events))
+        .route("/ui/login", get(login_page).post(login))
+        .route("/ui/logout", post(logout))
+}
+
+/// Percent-encodes a lock name as one path segment.
+fn segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+const STYLE: &str = r#"
+:root { --bg:#f7f7f5; --fg:#1d2125; --muted:#667; --line:#e2e2de; --held:#1f7a3f; --held-bg:#e3f4e8;
+  --warn:#a15c00; --warn-bg:#fff1d6; --free:#6b7280; --free-bg:#eef0f2; --accent:#2251c7; --danger:#b42318; }
+* { box-sizing: border-box; }
+body { margin:0; font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+  background:var(--bg); color:var(--fg); }
+header { display:flex; align-items:center; gap:1rem; padding:.8rem 1.5rem; background:#fff; border-bottom:1px solid var(--line); }
+header h1 { font-size:1.1rem; margin:0; } header h1 a { color:inherit; text-decoration:none; }
+header .who { margin-left:auto; color:var(--muted); font-size:.9rem; display:flex; gap:.6rem; align-items:center; }
+main { max-width:1200px; margin:0 auto; padding:1.2rem 1.5rem 3rem; }
+.counters { display:grid; grid-template-columns:repeat(4,minmax(0,1fr)); gap:.8rem; margin-bottom:1.2rem; }
+.counter { background:#fff; border:1px solid var(--line); border-radius:10px; padding:.7rem 1rem; }
+.counter b { display:block; font-size:1.6rem; font-variant-numeric:tabular-nums; }
+.counter span { color:var(--muted); font-size:.85rem; }
+form.filter { display:flex; gap:.5rem; margin-bottom:1rem; flex-wrap:wrap; }
+input[type=text], input[type=password] { font:inherit; padding:.45rem .6rem; border:1px solid #c9c9c4; border-radius:7px; min-width:14rem; }
+button, .button { font:inherit; padding:.45rem .9rem; border-radius:7px; border:1px solid #c9c9c4; background:#fff; cursor:pointer; color:inherit; text-decoration:none; }
+button.danger { background:var(--danger); color:#fff; border-color:var(--danger); }
+table { width:100%; border-collapse:collapse; background:#fff; border:1px solid var(--line); border-radius:10px; overflow:hidden; }
+th, td { text-align:left; padding:.55rem .8rem; border-bottom:1px solid var(--line); vertical-align:top; }
+th { font-size:.8rem; text-transform:uppercase; letter-spacing:.04em; color:var(--muted); background:#fbfbfa; }
+th a { color:inherit; }
+td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
+td.name a { color:var(--accent); font-weight:600; word-break:break-all; }
+.note { color:var(--muted); word-break:break-word; }
+.badge { display:inline-block; padding:.1rem .55rem; border-radius:99px; font-size:.8rem; font-weight:600; }
+.held .badge, .badge.held { background:var(--held-bg); color:var(--held); }
+.expiring .badge, .badge.expiring { background:var(--warn-bg); color:var(--warn); }
+.badge.free, .badge.released, .badge.expired { background:var(--free-bg); color:var(--free); }
+tr.held td.left { color:var(--held); font-weight:600; }
+tr.expiring td.left { color:var(--warn); font-weight:600; }
+tr.held td.left::before, tr.expiring td.left::before { content:"● "; font-size:.8em; }
+.empty { padding:2rem; text-align:center; color:var(--muted); }
+dl { display:grid; grid-template-columns:max-content 1fr; gap:.4rem 1.2rem; background:#fff; border:1px solid var(--line); border-radius:10px; padding:1rem 1.2rem; }
+dt { color:var(--muted); } dd { margin:0; word-break:break-all; font-variant-numeric:tabular-nums; }
+.flash { padding:.6rem 1rem; border-radius:8px; background:var(--held-bg); color:var(--held); margin-bottom:1rem; }
+.flash.error { background:#fde8e7; color:var(--danger); }
+section { margin-top:1.5rem; } h2 { font-size:1rem; }
+@media (max-width: 700px) {
+  header { padding:.7rem 1rem; } main { padding:1rem; }
+  .counters { grid-template-columns:repeat(2,minmax(0,1fr)); }
+  table, thead, tbody, tr, td { display:block; } thead { display:none; }
+  tr { border-bottom:1px solid var(--line); padding:.4rem 0; } td { border:0; padding:.2rem .9rem; }
+  td.num { text-align:left; } td[data-label]::before { content:attr(data-label) ": "; color:var(--muted); font-size:.85rem; }
+  dl { grid-template-columns:1fr; }
+}
+"#;
+
+fn page(title: &str, viewer: &Viewer, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " — storage-lock" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    h1 { a href="/ui" { "storage-lock" } }
+                    div.who {
+                        @if viewer.auth {
+                            span { "signed in as " b { (viewer.caller.who()) } }
+                            form method="post" action="/ui/logout" { button type="submit" { "Sign out" } }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct LocksQuery {
+    prefix: Option<String>,
+    sort: Option<String>,
+}
+
+/// A held lock as the page shows it.
+#[derive(serde::Serialize)]
+struct Row {
+    name: String,
+    href: String,
+    holder: String,
+    note: String,
+    token: String,
+    acquired_at: String,
+    left_ms: u64,
+    span_ms: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Snapshot {
+    rows: Vec<Row>,
+    held: usize,
+    rate: String,
+    contended: usize,
+    lost: usize,
+}
+
+fn span_ms(l: &LockInfo) -> u64 {
+    let parse = |s: &Option<String>| s.as_deref().and_then(|s| humantime::parse_rfc3339(s).ok());
+    match (parse(&l.acquired_at), parse(&l.expires_at)) {
+        (Some(a), Some(e)) => crate::api::millis(e.duration_since(a).unwrap_or_default()),
+        _ => 0,
+    }
+}
+
+async fn snapshot(st: &AppState, viewer: &Viewer, prefix: &str, by_name: bool) -> Snapshot {
+    let q = ListQuery {
+        prefix: Some(prefix.to_owned()),
+        cursor: None,
+        limit: Some(crate::api::MAX_PAGE),
+    };
+    let mut rows: Vec<Row> = match st.list(&viewer.caller, q).await {
+        Ok(list) => list
+            .locks
+            .into_iter()
+            .filter(|l| l.state == LockState::Held)
+            .map(|l| Row {
+                href: format!("/ui/locks/{}", segment(&l.name)),
+                holder: l
+                    .holder
+                    .as_ref()
+                    .map(|h| format!("{}:{}", h.host, h.pid))
+                    .unwrap_or_default(),
+                note: l
+                    .holder
+                    .as_ref()
+                    .and_then(|h| h.note.clone())
+                    .unwrap_or_default(),
+                token: l.fencing_token.map(|t| t.to_string()).unwrap_or_default(),
+                acquired_at: l.acquired_at.clone().unwrap_or_default(),
+                left_ms: l.expires_in_ms.unwrap_or(0),
+                span_ms: span_ms(&l),
+                name: l.name,
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = ?e, "the page could not list locks");
+            Vec::new()
+        }
+    };
+    if by_name {
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+    } else {
+        rows.sort_by_key(|r| r.left_ms);
+    }
+    let minute = st.ui.since(Duration::from_secs(60));
+    let recent = minute
+        .iter()
+        .filter(|e| e.at >= SystemTime::now() - Duration::from_secs(10))
+        .filter(|e| e.kind == LockEventKind::Acquired)
+        .count();
+    Snapshot {
+        held: rows.len(),
+        rows,
+        rate: format!("{:.1}", recent as f64 / 10.0),
+        contended: minute
+            .iter()
+            .filter(|e| e.kind == LockEventKind::Contended)
+            .count(),
+        lost: minute
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.kind,
+                    LockEventKind::Lost | LockEventKind::RenewFailed | LockEventKind::ForceReleased
+                )
+            })
+            .count(),
+    }
+}
+
+fn left_text(ms: u64) -> String {
+    if ms >= 3_600_000 {
+        format!("{}h {:02}m", ms / 3_600_000, ms / 60_000 % 60)
+    } else if ms >= 60_000 {
+        format!("{}m {:02}s", ms / 60_000, ms / 1000 % 60)
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
+fn row_class(r: &Row) -> &'static str {
+    if r.span_ms > 0 && r.left_ms * 10 < r.span_ms {
+        "expiring"
+    } else {
+        "held"
+    }
+}
+
+const SCRIPT: &str = r#"
+(function () {
+  var table = document.getElementById('locks');
+  if (!table || !window.EventSource) return;
+  var tbody = table.querySelector('tbody');
+  var received = Date.now();
+  function fmt(ms) {
+    if (ms >= 3600000) return Math.floor(ms / 3600000) + 'h ' + String(Math.floor(ms / 60000) % 60).padStart(2, '0') + 'm';
+    if (ms >= 60000) return Math.floor(ms / 60000) + 'm ' + String(Math.floor(ms / 1000) % 60).padStart(2, '0') + 's';
+    return (ms / 1000).toFixed(1) + 's';
+  }
+  function cell(tr, label, cls, text) {
+    var td = document.createElement('td');
+    td.className = cls; td.setAttribute('data-label', label); td.textContent = text; tr.appendChild(td); return td;
+  }
+  function render(d) {
+    received = Date.now();
+    ['held', 'rate', 'contended', 'lost'].forEach(function (k) { document.getElementById('c-' + k).textContent = d[k]; });
+    tbody.textContent = '';
+    if (d.rows.length === 0) {
+      var tr = document.createElement('tr'); var td = cell(tr, '', 'empty', 'No lock is held.'); td.colSpan = 6; tbody.appendChild(tr); return;
+    }
+    d.rows.forEach(function (r) {
+      var tr = document.createElement('tr');
+      tr.dataset.left = r.left_ms; tr.dataset.span = r.span_ms; tr.dataset.name = r.name;
+      var name = cell(tr, 'Lock', 'name', '');
+      var a = document.createElement('a'); a.href = r.href; a.textContent = r.name; name.appendChild(a);
+      cell(tr, 'Holder', 'holder', r.holder);
+      cell(tr, 'Note', 'note', r.note);
+      cell(tr, 'Fencing token', 'num token', r.token);
+      cell(tr, 'Acquired', 'acquired', r.acquired_at);
+      cell(tr, 'Time left', 'num left', fmt(r.left_ms));
+      tbody.appendChild(tr);
+    });
+    tick();
+  }
+  function tick() {
+    var gone = Date.now() - received;
+    tbody.querySelectorAll('tr[data-left]').forEach(function (tr) {
+      var left = Math.max(0, Number(tr.dataset.left) - gone), span = Number(tr.dataset.span);
+      tr.className = span > 0 && left * 10 < span ? 'expiring' : 'held';
+      tr.querySelector('td.left').textContent = fmt(left);
+    });
+  }
+  var es = new EventSource(table.dataset.events);
+  es.addEventListener('locks', function (e) { render(JSON.parse(e.data)); });
+  setInterval(tick, 100);
+})();
+"#;
+
+async fn locks_page(
+    State(st): Shared,
+    headers: HeaderMap,
+    Query(q): Query<LocksQuery>,
+) -> Response {
+    Recorder::start(&st);
+    let viewer = match Viewer::of(&st, &headers) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let prefix = q.prefix.unwrap_or_default();
+    let by_name = q.sort.as_deref() == Some("name");
+    let snap = snapshot(&st, &viewer, &prefix, by_name).await;
+    let events = format!(
+        "/ui/events?prefix={}{}",
+        segment(&prefix),
+        if by_name { "&sort=name" } else { "" }
+    );
+    let sort_link = |sort: &str| format!("/ui?prefix={}&sort={sort}", segment(&prefix));
+    let body = html! {
+        div.counters {
+            div.counter { b #c-held { (snap.held) } span { "held" } }
+            div.counter { b #c-rate { (snap.rate) } span { "acquisitions/s (10 s)" } }
+            div.counter { b #c-contended { (snap.contended) } span { "contended (1 min)" } }
+            div.counter { b #c-lost { (snap.lost) } span { "lost or broken (1 min)" } }
+        }
+        form.filter method="get" action="/ui" {
+            input type="text" name="prefix" value=(prefix) placeholder="filter by name prefix" aria-label="name prefix";
+            @if by_name { input type="hidden" name="sort" value="name"; }
+            button type="submit" { "Filter" }
+            a.button href="/ui" { "All" }
+        }
+        table #locks data-events=(events) {
+            thead { tr {
+                th { a href=(sort_link("name")) { "Lock" } }
+                th { "Holder" } th { "Note" } th.num { "Fencing token" } th { "Acquired" }
+                th.num { a href=(sort_link("left")) { "Time left" } }
+            } }
+            tbody {
+                @if snap.rows.is_empty() {
+                    tr { td.empty colspan="6" { "No lock is held." } }
+                }
+                @for r in &snap.rows {
+                    tr class=(row_class(r)) data-left=(r.left_ms) data-span=(r.span_ms) data-name=(r.name) {
+                        td.name data-label="Lock" { a href=(r.href) { (r.name) } }
+                        td.holder data-label="Holder" { (r.holder) }
+                        td.note data-label="Note" { (r.note) }
+                        td.num.token data-label="Fencing token" { (r.token) }
+                        td.acquired data-label="Acquired" { (r.acquired_at) }
+                        td.num.left data-label="Time left" { (left_text(r.left_ms)) }
+                    }
+                }
+            }
+        }
+        script { (PreEscaped(SCRIPT)) }
+    };
+    Html(page("Locks", &viewer, body).into_string()).into_response()
+}
+
+/// `/ui/events`: a snapshot of the locks table every 500 ms, as `event: locks`.
+async fn events(State(st): Shared, headers: HeaderMap, Query(q): Query<LocksQuery>) -> Response {
+    Recorder::start(&st);
+    let viewer = match Viewer::of(&st, &headers) {
+        Ok(v) => v,
+        Err(_) => return StatusCode::UNAUTHORIZED.into_response(),
+    };
+    let prefix = q.prefix.unwrap_or_default();
+    let by_name = q.sort.as_deref() == Some("name");
+    let stream = futures_util::stream::unfold(
+        (st, viewer, prefix, true),
+        move |(st, viewer, prefix, first)| async move {
+            if !first {
+                tokio::time::sleep(SNAPSHOT_EVERY).await;
+            }
+            let snap = snapshot(&st, &viewer, &prefix, by_name).await;
+            let data = serde_json::to_string(&snap).unwrap_or_else(|_| "{}".into());
+            let ev: Result<Event, Infallible> = Ok(Event::default().event("locks").data(data));
+            Some((ev, (st, viewer, prefix, false)))
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Flash {
+    done: Option<String>,
+}
+
+async fn lock_page(
+    State(st): Shared,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(flash): Query<Flash>,
+) -> Response {
+    Recorder::start(&st);
+    let viewer = match Viewer::of(&st, &headers) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let info = match st
+        .get(
+            &viewer.caller,
+            name.clone(),
+            GetQuery {
+                wait_ms: None,
+                while_: None,
+            },
+        )
+        .await
+    {
+        Ok(i) => i,
+        Err(e) => {
+            let body =
+                html! { div.flash.error { (e.body().message) } p { a href="/ui" { "All locks" } } };
+            return (e.status(), Html(page("Lock", &viewer, body).into_string())).into_response();
+        }
+    };
+    let floor = st.locks.storage().fencing_floor().await.ok();
+    let key = st
+        .locks
+        .key_for(&name)
+        .map(|k| k.into_owned())
+        .unwrap_or_default();
+    let recent = st.ui.of(&key, 50);
+    let admin = viewer.caller.may(&st, &name, Permission::Admin);
+    let state = match info.state {
+        LockState::Held => "held",
+        LockState::Released => "released",
+        LockState::Expired => "expired",
+        LockState::Free => "free",
+    };
+    let holder = info
+        .holder
+        .as_ref()
+        .map(|h| format!("{}:{}", h.host, h.pid))
+        .unwrap_or_else(|| "—".into());
+    let token = info.fencing_token.map(|t| t.to_string());
+    let body = html! {
+        p { a href="/ui" { "← All locks" } }
+        @if let Some(done) = &flash.done {
+            div.flash { (done) }
+        }
+        h2 style="font-size:1.3rem; word-break:break-all" { (name) " " span class={"badge " (state)} { (state) } }
+        dl {
+            dt { "State" } dd { (state) }
+            dt { "Fencing token" } dd.token { (token.clone().unwrap_or_else(|| "—".into())) }
+            dt { "Fencing floor" } dd { (floor.map(|f| f.to_string()).unwrap_or_else(|| "—".into())) }
+            dt { "Holder" } dd.holder { (holder) }
+            dt { "Note" } dd.note { (info.holder.as_ref().and_then(|h| h.note.clone()).unwrap_or_else(|| "—".into())) }
+            dt { "Acquired at" } dd { (info.acquired_at.clone().unwrap_or_else(|| "—".into())) }
+            dt { "Expires at" } dd { (info.expires_at.clone().unwrap_or_else(|| "—".into())) }
+            dt { "Time left" } dd { (info.expires_in_ms.map(left_text).unwrap_or_else(|| "—".into())) }
+        }
+        @if admin && info.state == LockState::Held {
+            @let confirm = format!("Force-release {name} held by {holder} (fencing token {})? The holder loses the lock at its next renewal.", token.clone().unwrap_or_default());
+            section {
+                form #force method="post" action=(format!("/ui/locks/{}/force-release", segment(&name)))
+                    data-confirm=(confirm) onsubmit="if (!confirm(this.dataset.confirm)) return false; this.confirmed.value = 'yes'; return true;" {
+                    input type="hidden" name="csrf" value=(st.ui.csrf(viewer.session()));
+                    input type="hidden" name="expected_fencing_token" value=(token.clone().unwrap_or_default());
+                    input type="hidden" name="confirmed" value="";
+                    input type="text" name="reason" placeholder="reason (logged)" aria-label="reason";
+                    " "
+                    button.danger type="submit" { "Force-release" }
+                }
+            }
+        }
+        section {
+            h2 { "Recent events seen by this server" }
+            @if recent.is_empty() {
+                p.note { "None yet." }
+            } @else {
+                table {
+                    thead { tr { th { "When" } th { "Event" } th.num { "Fencing token" } } }
+                    tbody {
+                        @for e in recent.iter().rev() {
+                            tr {
+                                td data-label="When" { (humantime::format_rfc3339_millis(e.at).to_string()) }
+                                td data-label="Event" { (kind_name(e.kind)) }
+                                td.num data-label="Fencing token" { (e.fencing.map(|f| f.to_string()).unwrap_or_default()) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Html(page(&name, &viewer, body).into_string()).into_response()
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ForceForm {
+    csrf: String,
+    expected_fencing_token: String,
+    #[serde(default)]
+    confirmed: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// The request comes from a page of this server: the `Origin`, when sent, names this host.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true; // not sent (old browsers, curl): the CSRF token still has to match
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    origin.split_once("://").is_some_and(|(_, h)| h == host)
+}
+
+async fn force_release(
+    State(st): Shared,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(f): Form<ForceForm>,
+) -> Response {
+    let viewer = match Viewer::of(&st, &headers) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let expected = st.ui.csrf(viewer.session());
+    let csrf_ok: bool =
+        subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), f.csrf.as_bytes()).into();
+    if !csrf_ok || !same_origin(&headers) {
+        return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
+    }
+    if !viewer.caller.may(&st, &name, Permission::Admin) {
+        return (
+            StatusCode::FORBIDDEN,
+            "this token may not force-release this lock\n",
+        )
+            .into_response();
+    }
+    let Ok(token) = f.expected_fencing_token.parse::<u64>() else {
+        return (StatusCode::BAD_REQUEST, "no fencing token\n").into_response();
+    };
+    let back = format!("/ui/locks/{}", segment(&name));
+    if f.confirmed != "yes" {
+        // Without JavaScript: a confirmation page that names the holder and the token.
+        let body = html! {
+            p { a href=(back) { "← Back" } }
+            h2 { "Force-release " (name) "?" }
+            p { "The hold with fencing token " b { (token) } " ends now; its holder finds out at its next renewal, and the next holder's token is higher." }
+            form method="post" action=(format!("/ui/locks/{}/force-release", segment(&name))) {
+                input type="hidden" name="csrf" value=(f.csrf);
+                input type="hidden" name="expected_fencing_token" value=(token);
+                input type="hidden" name="confirmed" value="yes";
+                input type="hidden" name="reason" value=(f.reason);
+                button.danger type="submit" { "Force-release" }
+            }
+        };
+        return Html(page("Confirm", &viewer, body).into_string()).into_response();
+    }
+    let body = ForceReleaseBody {
+        expected_fencing_token: Some(token),
+        reason: Some(format!("web page: {}", f.reason))
+            .filter(|r| r.len() <= crate::api::MAX_NOTE_BYTES),
+    };
+    let done = match st.force_release(&viewer.caller, name.clone(), body).await {
+        Ok(r) if r.released => format!("Force-released the hold with fencing token {token}."),
+        Ok(_) => format!("Nothing to do: the hold with fencing token {token} had already ended."),
+        Err(e) => e.body().message.clone(),
+    };
+    let mut res = Redirect::to(&format!("{back}?done={}", segment(&done))).into_response();
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+async fn login_page(State(st): Shared) -> Response {
+    let viewer = Viewer {
+        caller: Caller::anonymous(),
+        token: None,
+        auth: false,
+    };
+    let body = html! {
+        @if st.auth.is_none() {
+            p { "This server has no tokens configured: nothing to sign in to. " a href="/ui" { "Open the locks" } }
+        } @else {
+            h2 { "Sign in" }
+            p.note { "With a bearer token of this server (the page shows what it may read)." }
+            form.filter method="post" action="/ui/login" {
+                input type="password" name="token" placeholder="bearer token" aria-label="bearer token" autocomplete="off";
+                button type="submit" { "Sign in" }
+            }
+        }
+    };
+    Html(page("Sign in", &viewer, body).into_string()).into_response()
+}
+
+#[derive(Deserialize)]
+pub(crate) struct LoginForm {
+    token: String,
+}
+
+async fn login(State(st): Shared, Form(f): Form<LoginForm>) -> Response {
+    let token = f.token.trim();
+    let valid_chars = !token.is_empty()
+        && token.len() <= 512
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~+/=".contains(&b));
+    let known = valid_chars
+        && st
+            .auth
+            .as_ref()
+            .is_some_and(|a| a.authenticate(token).is_some());
+    if !known {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Html("<p>Unknown token. <a href=\"/ui/login\">Try again</a></p>"),
+        )
+            .into_response();
+    }
+    let mut res = Redirect::to("/ui").into_response();
+    let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=43200");
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
+}
+
+async fn logout() -> Response {
+    let mut res = Redirect::to("/ui/login").into_response();
+    res.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("sl_token=; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=0"),
+    );
+    res
+}
