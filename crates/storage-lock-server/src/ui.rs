@@ -185,19 +185,17 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
 }
 
 impl Viewer {
-    /// The viewer, or the sign-in page when the server has auth and the cookie is missing or
-    /// no longer valid.
-    fn of(st: &AppState, headers: &HeaderMap) -> Result<Self, Response> {
+    /// The viewer; `None` when the server has auth and the cookie is missing or no longer
+    /// valid (pages then send the sign-in page).
+    fn of(st: &AppState, headers: &HeaderMap) -> Option<Self> {
         let token = cookie_token(headers);
         let value = token.as_ref().map(|t| format!("Bearer {t}"));
-        match Caller::from_authorization(st, value.as_deref()) {
-            Ok(caller) => Ok(Self {
-                caller,
-                token,
-                auth: st.auth.is_some(),
-            }),
-            Err(_) => Err(Redirect::to("/ui/login").into_response()),
-        }
+        let caller = Caller::from_authorization(st, value.as_deref()).ok()?;
+        Some(Self {
+            caller,
+            token,
+            auth: st.auth.is_some(),
+        })
     }
 
     fn session(&self) -> &str {
@@ -479,9 +477,8 @@ async fn locks_page(
     Query(q): Query<LocksQuery>,
 ) -> Response {
     Recorder::start(&st);
-    let viewer = match Viewer::of(&st, &headers) {
-        Ok(v) => v,
-        Err(r) => return r,
+    let Some(viewer) = Viewer::of(&st, &headers) else {
+        return Redirect::to("/ui/login").into_response();
     };
     let prefix = q.prefix.unwrap_or_default();
     let by_name = q.sort.as_deref() == Some("name");
@@ -535,9 +532,8 @@ async fn locks_page(
 /// `/ui/events`: a snapshot of the locks table every 500 ms, as `event: locks`.
 async fn events(State(st): Shared, headers: HeaderMap, Query(q): Query<LocksQuery>) -> Response {
     Recorder::start(&st);
-    let viewer = match Viewer::of(&st, &headers) {
-        Ok(v) => v,
-        Err(_) => return StatusCode::UNAUTHORIZED.into_response(),
+    let Some(viewer) = Viewer::of(&st, &headers) else {
+        return StatusCode::UNAUTHORIZED.into_response();
     };
     let prefix = q.prefix.unwrap_or_default();
     let by_name = q.sort.as_deref() == Some("name");
@@ -570,9 +566,8 @@ async fn lock_page(
     Query(flash): Query<Flash>,
 ) -> Response {
     Recorder::start(&st);
-    let viewer = match Viewer::of(&st, &headers) {
-        Ok(v) => v,
-        Err(r) => return r,
+    let Some(viewer) = Viewer::of(&st, &headers) else {
+        return Redirect::to("/ui/login").into_response();
     };
     let info = match st
         .get(
@@ -693,9 +688,8 @@ async fn force_release(
     Path(name): Path<String>,
     Form(f): Form<ForceForm>,
 ) -> Response {
-    let viewer = match Viewer::of(&st, &headers) {
-        Ok(v) => v,
-        Err(r) => return r,
+    let Some(viewer) = Viewer::of(&st, &headers) else {
+        return Redirect::to("/ui/login").into_response();
     };
     let expected = st.ui.csrf(viewer.session());
     let csrf_ok: bool =
