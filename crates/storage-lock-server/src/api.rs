@@ -86,14 +86,12 @@ pub(crate) struct AppState {
     /// Cancelled when the server starts shutting down (ends gRPC sessions).
     pub shutdown: tokio_util::sync::CancellationToken,
     /// What the web page shows that the storage does not keep (events seen here).
-    pub ui: crate::ui::Recorder,
+    pub ui: Arc<crate::recorder::Recorder>,
 }
 
 pub(crate) type Shared = State<Arc<AppState>>;
 
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
+pub(crate) use crate::wire::millis;
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
@@ -103,30 +101,7 @@ fn ts(t: Timestamp) -> Option<String> {
     t.to_system_time().map(rfc3339)
 }
 
-/// Who holds a lock (for people and tools; never used for decisions).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Holder {
-    /// Host name of the holder.
-    #[schema(max_length = 255)]
-    pub host: String,
-    /// Process id of the holder.
-    pub pid: u32,
-    /// Free-form note.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_length = 1024)]
-    pub note: Option<String>,
-}
-
-impl From<&HolderInfo> for Holder {
-    fn from(h: &HolderInfo) -> Self {
-        Self {
-            host: h.host.clone(),
-            pid: h.pid,
-            note: h.note.clone(),
-        }
-    }
-}
+pub use crate::wire::Holder;
 
 /// `POST /v1/locks/{name}/acquire`.
 #[derive(Debug, Deserialize, ToSchema)]

@@ -10,7 +10,7 @@ use serde::Serialize;
 use storage_lock_core::{HoldGone, LockError};
 use utoipa::ToSchema;
 
-use crate::api::Holder;
+use crate::wire::Holder;
 
 /// The body of every non-2xx response: a stable machine code and a message for people.
 ///
@@ -74,7 +74,7 @@ impl ApiError {
             format!("lock {name:?} is held by another owner"),
         );
         e.body.holder = holder;
-        e.body.expires_in_ms = left.map(crate::api::millis);
+        e.body.expires_in_ms = left.map(crate::wire::millis);
         // Retry-After is in whole seconds: round up, at least 1.
         e.retry_after = Some(left.unwrap_or(Duration::from_secs(1)));
         e

@@ -64,7 +64,9 @@ pub mod auth;
 mod error;
 mod grpc;
 mod observe;
+mod recorder;
 mod ui;
+mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -194,7 +196,7 @@ impl Server {
             locks: self.locks,
             auth: self.auth,
             shutdown: self.shutdown,
-            ui: ui::Recorder::default(),
+            ui: Arc::new(recorder::Recorder::default()),
         });
         let grpc =
             storage_lock_proto::v1::lock_service_server::LockServiceServer::new(grpc::Grpc {

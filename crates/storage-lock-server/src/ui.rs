@@ -20,9 +20,8 @@
 //!   saw, not what other replicas did. "Expiring" means less than 10 % of the hold's span
 //!   (acquired → expiry) is left.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::Form;
@@ -34,7 +33,6 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use storage_lock_core::{LockEventKind, StorageExt};
 
 use crate::api::{
@@ -43,112 +41,8 @@ use crate::api::{
 use crate::auth::Permission;
 
 const COOKIE: &str = "sl_token";
-/// Events kept for counters and lock pages.
-const KEEP_EVENTS: usize = 20_000;
 /// How often `/ui/events` sends a snapshot.
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(500);
-
-/// What the page knows from this server's engine events.
-pub(crate) struct Recorder {
-    events: Mutex<VecDeque<Seen>>,
-    started: OnceLock<()>,
-    /// The CSRF secret of this server process.
-    secret: [u8; 32],
-}
-
-#[derive(Clone)]
-struct Seen {
-    at: SystemTime,
-    kind: LockEventKind,
-    key: Arc<str>,
-    fencing: Option<u64>,
-}
-
-impl Default for Recorder {
-    fn default() -> Self {
-        let mut secret = [0u8; 32];
-        secret[..16].copy_from_slice(&rand::random::<u128>().to_le_bytes());
-        secret[16..].copy_from_slice(&rand::random::<u128>().to_le_bytes());
-        Self {
-            events: Mutex::new(VecDeque::new()),
-            started: OnceLock::new(),
-            secret,
-        }
-    }
-}
-
-impl Recorder {
-    /// Starts following the engine's events (once; from inside the runtime).
-    fn start(st: &Arc<AppState>) {
-        st.ui.started.get_or_init(|| {
-            let mut rx = st.locks.subscribe();
-            let weak = Arc::downgrade(st);
-            tokio::spawn(async move {
-                loop {
-                    let ev = match rx.recv().await {
-                        Ok(ev) => ev,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(_) => break,
-                    };
-                    let Some(st) = weak.upgrade() else { break };
-                    let mut events = st.ui.events.lock().unwrap_or_else(|e| e.into_inner());
-                    if events.len() >= KEEP_EVENTS {
-                        events.pop_front();
-                    }
-                    events.push_back(Seen {
-                        at: SystemTime::now(),
-                        kind: ev.kind,
-                        key: ev.key,
-                        fencing: ev.fencing_token,
-                    });
-                }
-            });
-        });
-    }
-
-    fn since(&self, window: Duration) -> Vec<Seen> {
-        let from = SystemTime::now() - window;
-        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        events.iter().filter(|e| e.at >= from).cloned().collect()
-    }
-
-    fn of(&self, key: &str, n: usize) -> Vec<Seen> {
-        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<Seen> = events
-            .iter()
-            .rev()
-            .filter(|e| &*e.key == key)
-            .take(n)
-            .cloned()
-            .collect();
-        v.reverse();
-        v
-    }
-
-    fn csrf(&self, session: &str) -> String {
-        hex(&hmac(&self.secret, session.as_bytes()))
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// HMAC-SHA256 (RFC 2104).
-fn hmac(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
-    let mut k = [0u8; 64];
-    k[..32].copy_from_slice(key);
-    let pad = |b: u8| k.iter().map(|x| x ^ b).collect::<Vec<u8>>();
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(msg)
-        .finalize();
-    Sha256::new()
-        .chain_update(pad(0x5c))
-        .chain_update(inner)
-        .finalize()
-        .into()
-}
 
 fn kind_name(k: LockEventKind) -> &'static str {
     match k {
@@ -168,9 +62,9 @@ fn kind_name(k: LockEventKind) -> &'static str {
 /// Who looks at the page.
 struct Viewer {
     caller: Caller,
-    /// The cookie's token (the session), if signed in.
-    token: Option<String>,
     auth: bool,
+    /// The CSRF token of this session (in every form the page posts).
+    csrf: String,
 }
 
 fn cookie_token(headers: &HeaderMap) -> Option<String> {
@@ -191,15 +85,12 @@ impl Viewer {
         let token = cookie_token(headers);
         let value = token.as_ref().map(|t| format!("Bearer {t}"));
         let caller = Caller::from_authorization(st, value.as_deref()).ok()?;
+        let csrf = st.ui.csrf(token.as_deref().unwrap_or("anonymous"));
         Some(Self {
             caller,
-            token,
             auth: st.auth.is_some(),
+            csrf,
         })
-    }
-
-    fn session(&self) -> &str {
-        self.token.as_deref().unwrap_or("anonymous")
     }
 }
 
@@ -212,6 +103,28 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/ui/events", get(events))
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", post(logout))
+        .layer(axum::middleware::map_response(page_headers))
+}
+
+/// No framing (clickjacking), nothing loaded from elsewhere, nothing cached, no referrer to
+/// other sites (`no-referrer` would make browsers send `Origin: null` on our own forms).
+async fn page_headers(mut res: Response) -> Response {
+    let h = res.headers_mut();
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; \
+             connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+             base-uri 'none'",
+        ),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    res
 }
 
 /// Percent-encodes a lock name as one path segment.
@@ -291,7 +204,10 @@ fn page(title: &str, viewer: &Viewer, body: Markup) -> Markup {
                     div.who {
                         @if viewer.auth {
                             span { "signed in as " b { (viewer.caller.who()) } }
-                            form method="post" action="/ui/logout" { button type="submit" { "Sign out" } }
+                            form method="post" action="/ui/logout" {
+                                input type="hidden" name="csrf" value=(viewer.csrf.clone());
+                                button type="submit" { "Sign out" }
+                            }
                         }
                     }
                 }
@@ -327,79 +243,111 @@ struct Snapshot {
     rate: String,
     contended: usize,
     lost: usize,
+    /// The storage could not be listed: the table is not to be trusted.
+    error: Option<String>,
+    /// More records than the page reads: the table shows the first ones.
+    capped: bool,
 }
 
-fn span_ms(l: &LockInfo) -> u64 {
+/// The span "expiring" is measured against: from the last grant or renewal this server saw
+/// (about one lease), else from the acquisition (exact for a hold never renewed).
+fn span_ms(st: &AppState, key: &str, l: &LockInfo) -> u64 {
     let parse = |s: &Option<String>| s.as_deref().and_then(|s| humantime::parse_rfc3339(s).ok());
-    match (parse(&l.acquired_at), parse(&l.expires_at)) {
-        (Some(a), Some(e)) => crate::api::millis(e.duration_since(a).unwrap_or_default()),
-        _ => 0,
-    }
+    let Some(expires) = parse(&l.expires_at) else {
+        return 0;
+    };
+    let from = match (st.ui.last_grant(key), parse(&l.acquired_at)) {
+        (Some(seen), Some(acquired)) => seen.max(acquired),
+        (seen, acquired) => match seen.or(acquired) {
+            Some(t) => t,
+            None => return 0,
+        },
+    };
+    crate::api::millis(expires.duration_since(from).unwrap_or_default())
 }
+
+/// Pages of the listing the table reads at most (so at most this × 1000 records).
+const MAX_PAGES: usize = 20;
 
 async fn snapshot(st: &AppState, viewer: &Viewer, prefix: &str, by_name: bool) -> Snapshot {
-    let q = ListQuery {
-        prefix: Some(prefix.to_owned()),
-        cursor: None,
-        limit: Some(crate::api::MAX_PAGE),
-    };
-    let mut rows: Vec<Row> = match st.list(&viewer.caller, q).await {
-        Ok(list) => list
-            .locks
-            .into_iter()
-            .filter(|l| l.state == LockState::Held)
-            .map(|l| Row {
-                href: format!("/ui/locks/{}", segment(&l.name)),
-                holder: l
-                    .holder
-                    .as_ref()
-                    .map(|h| format!("{}:{}", h.host, h.pid))
-                    .unwrap_or_default(),
-                note: l
-                    .holder
-                    .as_ref()
-                    .and_then(|h| h.note.clone())
-                    .unwrap_or_default(),
-                token: l.fencing_token.map(|t| t.to_string()).unwrap_or_default(),
-                acquired_at: l.acquired_at.clone().unwrap_or_default(),
-                left_ms: l.expires_in_ms.unwrap_or(0),
-                span_ms: span_ms(&l),
-                name: l.name,
-            })
-            .collect(),
-        Err(e) => {
-            tracing::warn!(error = ?e, "the page could not list locks");
-            Vec::new()
+    let mut rows: Vec<Row> = Vec::new();
+    let mut cursor = None;
+    let mut error = None;
+    let mut capped = false;
+    for page in 0.. {
+        if page == MAX_PAGES {
+            capped = true;
+            break;
         }
-    };
+        let q = ListQuery {
+            prefix: Some(prefix.to_owned()),
+            cursor: cursor.take(),
+            limit: Some(crate::api::MAX_PAGE),
+        };
+        let list = match st.list(&viewer.caller, q).await {
+            Ok(list) => list,
+            Err(e) => {
+                error = Some(e.body().message.clone());
+                break;
+            }
+        };
+        rows.extend(
+            list.locks
+                .into_iter()
+                .filter(|l| l.state == LockState::Held)
+                .map(|l| {
+                    let key = st
+                        .locks
+                        .key_for(&l.name)
+                        .map(|k| k.into_owned())
+                        .unwrap_or_default();
+                    Row {
+                        href: format!("/ui/locks/{}", segment(&l.name)),
+                        holder: l
+                            .holder
+                            .as_ref()
+                            .map(|h| format!("{}:{}", h.host, h.pid))
+                            .unwrap_or_default(),
+                        note: l
+                            .holder
+                            .as_ref()
+                            .and_then(|h| h.note.clone())
+                            .unwrap_or_default(),
+                        token: l.fencing_token.map(|t| t.to_string()).unwrap_or_default(),
+                        acquired_at: l.acquired_at.clone().unwrap_or_default(),
+                        left_ms: l.expires_in_ms.unwrap_or(0),
+                        span_ms: span_ms(st, &key, &l),
+                        name: l.name,
+                    }
+                }),
+        );
+        match list.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
     if by_name {
         rows.sort_by(|a, b| a.name.cmp(&b.name));
     } else {
         rows.sort_by_key(|r| r.left_ms);
     }
-    let minute = st.ui.since(Duration::from_secs(60));
-    let recent = minute
-        .iter()
-        .filter(|e| e.at >= SystemTime::now() - Duration::from_secs(10))
-        .filter(|e| e.kind == LockEventKind::Acquired)
-        .count();
+    let now = SystemTime::now();
+    // Only events of locks this viewer may read.
+    let readable = |key: &str| viewer.caller.may(st, key, Permission::Read);
+    let count = |secs: u64, kinds: &[LockEventKind]| {
+        st.ui
+            .count_since(now - Duration::from_secs(secs), kinds, readable)
+    };
     Snapshot {
         held: rows.len(),
         rows,
-        rate: format!("{:.1}", recent as f64 / 10.0),
-        contended: minute
-            .iter()
-            .filter(|e| e.kind == LockEventKind::Contended)
-            .count(),
-        lost: minute
-            .iter()
-            .filter(|e| {
-                matches!(
-                    e.kind,
-                    LockEventKind::Lost | LockEventKind::RenewFailed | LockEventKind::ForceReleased
-                )
-            })
-            .count(),
+        rate: format!("{:.1}", count(10, &[LockEventKind::Acquired]) as f64 / 10.0),
+        contended: count(60, &[LockEventKind::Contended]),
+        // A holder that learned it lost (a refused renewal, a lost session lock); a
+        // force-release shows up as the evicted holder's refused renewal.
+        lost: count(60, &[LockEventKind::RenewFailed, LockEventKind::Lost]),
+        error,
+        capped,
     }
 }
 
@@ -436,8 +384,11 @@ const SCRIPT: &str = r#"
     var td = document.createElement('td');
     td.className = cls; td.setAttribute('data-label', label); td.textContent = text; tr.appendChild(td); return td;
   }
+  var err = document.getElementById('err');
   function render(d) {
     received = Date.now();
+    if (d.error) { err.hidden = false; err.textContent = 'The storage could not be read: ' + d.error; return; }
+    err.hidden = true;
     ['held', 'rate', 'contended', 'lost'].forEach(function (k) { document.getElementById('c-' + k).textContent = d[k]; });
     tbody.textContent = '';
     if (d.rows.length === 0) {
@@ -467,6 +418,7 @@ const SCRIPT: &str = r#"
   }
   var es = new EventSource(table.dataset.events);
   es.addEventListener('locks', function (e) { render(JSON.parse(e.data)); });
+  es.onerror = function () { err.hidden = false; err.textContent = 'Live updates interrupted; retrying…'; };
   setInterval(tick, 100);
 })();
 "#;
@@ -476,7 +428,7 @@ async fn locks_page(
     headers: HeaderMap,
     Query(q): Query<LocksQuery>,
 ) -> Response {
-    Recorder::start(&st);
+    st.ui.start(&st.locks);
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return Redirect::to("/ui/login").into_response();
     };
@@ -496,6 +448,10 @@ async fn locks_page(
             div.counter { b #c-contended { (snap.contended) } span { "contended (1 min)" } }
             div.counter { b #c-lost { (snap.lost) } span { "lost or broken (1 min)" } }
         }
+        div #err .flash.error hidden[snap.error.is_none()] {
+            @if let Some(e) = &snap.error { "The storage could not be read: " (e) }
+        }
+        @if snap.capped { p.note { "Showing the held locks among the first 20 000 records; narrow the prefix to see the rest." } }
         form.filter method="get" action="/ui" {
             input type="text" name="prefix" value=(prefix) placeholder="filter by name prefix" aria-label="name prefix";
             @if by_name { input type="hidden" name="sort" value="name"; }
@@ -531,32 +487,86 @@ async fn locks_page(
 
 /// `/ui/events`: a snapshot of the locks table every 500 ms, as `event: locks`.
 async fn events(State(st): Shared, headers: HeaderMap, Query(q): Query<LocksQuery>) -> Response {
-    Recorder::start(&st);
+    st.ui.start(&st.locks);
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
     let prefix = q.prefix.unwrap_or_default();
+    if !plain_text(&prefix) {
+        return (StatusCode::BAD_REQUEST, "invalid prefix\n").into_response();
+    }
+    let Some(slot) = StreamSlot::take(&st) else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many live pages open\n",
+        )
+            .into_response();
+    };
     let by_name = q.sort.as_deref() == Some("name");
+    let shutdown = st.shutdown.clone();
     let stream = futures_util::stream::unfold(
-        (st, viewer, prefix, true),
-        move |(st, viewer, prefix, first)| async move {
+        (st, viewer, prefix, slot, true),
+        move |(st, viewer, prefix, slot, first)| async move {
             if !first {
-                tokio::time::sleep(SNAPSHOT_EVERY).await;
+                tokio::select! {
+                    () = tokio::time::sleep(SNAPSHOT_EVERY) => {}
+                    // The server is shutting down: end the stream so the shutdown can finish.
+                    () = shutdown_of(&st) => return None,
+                }
             }
             let snap = snapshot(&st, &viewer, &prefix, by_name).await;
             let data = serde_json::to_string(&snap).unwrap_or_else(|_| "{}".into());
             let ev: Result<Event, Infallible> = Ok(Event::default().event("locks").data(data));
-            Some((ev, (st, viewer, prefix, false)))
+            Some((ev, (st, viewer, prefix, slot, false)))
         },
     );
+    let stream = futures_util::StreamExt::take_until(stream, shutdown.cancelled_owned());
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
 }
 
+async fn shutdown_of(st: &AppState) {
+    st.shutdown.cancelled().await;
+}
+
+/// Live pages open at once (each reads the storage every 500 ms).
+const MAX_STREAMS: usize = 64;
+
+/// One of the [`MAX_STREAMS`] places; given back when the stream ends.
+struct StreamSlot(Arc<AppState>);
+
+impl StreamSlot {
+    fn take(st: &Arc<AppState>) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        let n = st.ui.streams.fetch_add(1, Ordering::AcqRel);
+        if n >= MAX_STREAMS {
+            st.ui.streams.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Self(st.clone()))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0
+            .ui
+            .streams
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Free text from a query or form: at most 1 KiB, no control characters.
+fn plain_text(s: &str) -> bool {
+    s.len() <= crate::api::MAX_NOTE_BYTES && !s.chars().any(char::is_control)
+}
+
 #[derive(Deserialize)]
 pub(crate) struct Flash {
+    /// `released` or `ended` (with `t`, the fencing token), or `failed`.
     done: Option<String>,
+    t: Option<u64>,
 }
 
 async fn lock_page(
@@ -565,7 +575,7 @@ async fn lock_page(
     Path(name): Path<String>,
     Query(flash): Query<Flash>,
 ) -> Response {
-    Recorder::start(&st);
+    st.ui.start(&st.locks);
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return Redirect::to("/ui/login").into_response();
     };
@@ -609,8 +619,11 @@ async fn lock_page(
     let token = info.fencing_token.map(|t| t.to_string());
     let body = html! {
         p { a href="/ui" { "← All locks" } }
-        @if let Some(done) = &flash.done {
-            div.flash { (done) }
+        @match (flash.done.as_deref(), flash.t) {
+            (Some("released"), Some(t)) => div.flash { "Force-released the hold with fencing token " (t) "." },
+            (Some("ended"), Some(t)) => div.flash { "Nothing to do: the hold with fencing token " (t) " had already ended." },
+            (Some("failed"), _) => div.flash.error { "The force-release failed; see the server's log." },
+            _ => {}
         }
         h2 style="font-size:1.3rem; word-break:break-all" { (name) " " span class={"badge " (state)} { (state) } }
         dl {
@@ -628,7 +641,7 @@ async fn lock_page(
             section {
                 form #force method="post" action=(format!("/ui/locks/{}/force-release", segment(&name)))
                     data-confirm=(confirm) onsubmit="if (!confirm(this.dataset.confirm)) return false; this.confirmed.value = 'yes'; return true;" {
-                    input type="hidden" name="csrf" value=(st.ui.csrf(viewer.session()));
+                    input type="hidden" name="csrf" value=(viewer.csrf.clone());
                     input type="hidden" name="expected_fencing_token" value=(token.clone().unwrap_or_default());
                     input type="hidden" name="confirmed" value="";
                     input type="text" name="reason" placeholder="reason (logged)" aria-label="reason";
@@ -671,15 +684,14 @@ pub(crate) struct ForceForm {
 }
 
 /// The request comes from a page of this server: the `Origin`, when sent, names this host.
+///
+/// Browsers say where a request comes from in `Sec-Fetch-Site`; a cross-site one (or an opaque
+/// `Origin: null`, e.g. from a sandboxed frame) is refused. `Host` is not compared: behind a
+/// reverse proxy it names the upstream. Requests without these headers (curl) still need the
+/// CSRF token.
 fn same_origin(headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
-        return true; // not sent (old browsers, curl): the CSRF token still has to match
-    };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    origin.split_once("://").is_some_and(|(_, h)| h == host)
+    let get = |h| headers.get(h).and_then(|v| v.to_str().ok());
+    get("sec-fetch-site") != Some("cross-site") && get("origin") != Some("null")
 }
 
 async fn force_release(
@@ -691,9 +703,8 @@ async fn force_release(
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return Redirect::to("/ui/login").into_response();
     };
-    let expected = st.ui.csrf(viewer.session());
     let csrf_ok: bool =
-        subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), f.csrf.as_bytes()).into();
+        subtle::ConstantTimeEq::ct_eq(viewer.csrf.as_bytes(), f.csrf.as_bytes()).into();
     if !csrf_ok || !same_origin(&headers) {
         return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
     }
@@ -710,10 +721,30 @@ async fn force_release(
     let back = format!("/ui/locks/{}", segment(&name));
     if f.confirmed != "yes" {
         // Without JavaScript: a confirmation page that names the holder and the token.
+        let current = st
+            .get(
+                &viewer.caller,
+                name.clone(),
+                GetQuery {
+                    wait_ms: None,
+                    while_: None,
+                },
+            )
+            .await
+            .ok();
+        let holder = current
+            .as_ref()
+            .and_then(|i| i.holder.as_ref())
+            .map(|h| format!("{}:{}", h.host, h.pid))
+            .unwrap_or_else(|| "unknown".into());
+        let still = current
+            .as_ref()
+            .is_some_and(|i| i.state == LockState::Held && i.fencing_token == Some(token));
         let body = html! {
             p { a href=(back) { "← Back" } }
             h2 { "Force-release " (name) "?" }
-            p { "The hold with fencing token " b { (token) } " ends now; its holder finds out at its next renewal, and the next holder's token is higher." }
+            p { "Held by " b { (holder) } " with fencing token " b { (token) } ". The hold ends now; its holder finds out at its next renewal, and the next holder's token is higher." }
+            @if !still { p.flash.error { "That hold seems to have ended already; nothing will change." } }
             form method="post" action=(format!("/ui/locks/{}/force-release", segment(&name))) {
                 input type="hidden" name="csrf" value=(f.csrf);
                 input type="hidden" name="expected_fencing_token" value=(token);
@@ -726,15 +757,26 @@ async fn force_release(
     }
     let body = ForceReleaseBody {
         expected_fencing_token: Some(token),
-        reason: Some(format!("web page: {}", f.reason))
-            .filter(|r| r.len() <= crate::api::MAX_NOTE_BYTES),
+        reason: Some(
+            format!("web page: {}", f.reason)
+                .chars()
+                .filter(|c| !c.is_control())
+                .scan(0, |n, c| {
+                    *n += c.len_utf8();
+                    (*n <= crate::api::MAX_NOTE_BYTES).then_some(c)
+                })
+                .collect(),
+        ),
     };
     let done = match st.force_release(&viewer.caller, name.clone(), body).await {
-        Ok(r) if r.released => format!("Force-released the hold with fencing token {token}."),
-        Ok(_) => format!("Nothing to do: the hold with fencing token {token} had already ended."),
-        Err(e) => e.body().message.clone(),
+        Ok(r) if r.released => "released",
+        Ok(_) => "ended",
+        Err(e) => {
+            tracing::warn!(error = %e.body().message, "force-release from the web page failed");
+            "failed"
+        }
     };
-    let mut res = Redirect::to(&format!("{back}?done={}", segment(&done))).into_response();
+    let mut res = Redirect::to(&format!("{back}?done={done}&t={token}")).into_response();
     res.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res
@@ -743,8 +785,8 @@ async fn force_release(
 async fn login_page(State(st): Shared) -> Response {
     let viewer = Viewer {
         caller: Caller::anonymous(),
-        token: None,
         auth: false,
+        csrf: String::new(),
     };
     let body = html! {
         @if st.auth.is_none() {
@@ -766,7 +808,10 @@ pub(crate) struct LoginForm {
     token: String,
 }
 
-async fn login(State(st): Shared, Form(f): Form<LoginForm>) -> Response {
+async fn login(State(st): Shared, headers: HeaderMap, Form(f): Form<LoginForm>) -> Response {
+    if !same_origin(&headers) {
+        return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
+    }
     let token = f.token.trim();
     let valid_chars = !token.is_empty()
         && token.len() <= 512
@@ -793,7 +838,21 @@ async fn login(State(st): Shared, Form(f): Form<LoginForm>) -> Response {
     res
 }
 
-async fn logout() -> Response {
+#[derive(Deserialize)]
+pub(crate) struct LogoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(State(st): Shared, headers: HeaderMap, Form(f): Form<LogoutForm>) -> Response {
+    let Some(viewer) = Viewer::of(&st, &headers) else {
+        return Redirect::to("/ui/login").into_response();
+    };
+    let csrf_ok: bool =
+        subtle::ConstantTimeEq::ct_eq(viewer.csrf.as_bytes(), f.csrf.as_bytes()).into();
+    if !csrf_ok || !same_origin(&headers) {
+        return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
+    }
     let mut res = Redirect::to("/ui/login").into_response();
     res.headers_mut().insert(
         header::SET_COOKIE,

@@ -209,3 +209,50 @@ async fn sign_in_is_needed_and_force_release_needs_admin_and_csrf() {
     assert_eq!(post(ops, csrf).await, StatusCode::SEE_OTHER);
     assert_eq!(state(c.clone(), base.clone()).await, "released");
 }
+
+/// A hold renewed many times is "held", not "expiring": the colour is measured against the last
+/// renewal, not against the hold's age.
+#[tokio::test]
+async fn a_renewed_hold_is_not_shown_as_expiring() {
+    let base = serve(None).await;
+    let c = client();
+    c.get(format!("{base}/ui")).send().await.unwrap(); // the page starts following events
+    let hold: serde_json::Value = c
+        .post(format!("{base}/v1/locks/renewed/acquire"))
+        .json(&json!({"lease_ms": 800}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for _ in 0..12 {
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        let res = c
+            .post(format!("{base}/v1/locks/renewed/renew"))
+            .json(&json!({"owner": hold["owner"], "lease_ms": 800}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+    }
+    // 300 ms after the last renewal: 500 ms of 800 left, but 500 ms of the ~5.6 s the hold is old.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let html = c
+        .get(format!("{base}/ui"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let row = html
+        .split("<tr class=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap();
+    assert_eq!(
+        row, "held",
+        "renewed 12 times over ~5 s with an 800 ms lease"
+    );
+}

@@ -1,0 +1,162 @@
+//! What the web page shows that the storage does not keep: the events this server's engine
+//! emitted (for counters and lock pages), when each lock was last granted or renewed here (the
+//! span its "expiring" colour is measured against), and the page's CSRF secret.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+use storage_lock_core::{LockEventKind, StorageLock};
+
+/// Events kept for counters and lock pages (renewals are not kept: they would crowd out the
+/// rest; only their time is, per lock).
+const KEEP_EVENTS: usize = 20_000;
+/// Locks whose last grant or renewal time is kept; the map starts over when it is full.
+const KEEP_GRANTS: usize = 100_000;
+
+/// What this server saw (see the module docs).
+pub(crate) struct Recorder {
+    events: Mutex<VecDeque<Seen>>,
+    last_grant: Mutex<HashMap<Arc<str>, SystemTime>>,
+    started: OnceLock<()>,
+    /// The CSRF secret of this server process.
+    secret: [u8; 32],
+    /// Live pages (`/ui/events` streams) open now.
+    pub(crate) streams: AtomicUsize,
+}
+
+/// One event of this server's engine.
+#[derive(Clone)]
+pub(crate) struct Seen {
+    pub(crate) at: SystemTime,
+    pub(crate) kind: LockEventKind,
+    pub(crate) key: Arc<str>,
+    pub(crate) fencing: Option<u64>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        let mut secret = [0u8; 32];
+        secret[..16].copy_from_slice(&rand::random::<u128>().to_le_bytes());
+        secret[16..].copy_from_slice(&rand::random::<u128>().to_le_bytes());
+        Self {
+            events: Mutex::new(VecDeque::new()),
+            last_grant: Mutex::new(HashMap::new()),
+            started: OnceLock::new(),
+            secret,
+            streams: AtomicUsize::new(0),
+        }
+    }
+}
+
+fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Recorder {
+    /// Starts following the engine's events (once; from inside the runtime).
+    pub(crate) fn start(self: &Arc<Self>, locks: &StorageLock) {
+        self.started.get_or_init(|| {
+            let mut rx = locks.subscribe();
+            let weak = Arc::downgrade(self);
+            tokio::spawn(async move {
+                loop {
+                    let ev = match rx.recv().await {
+                        Ok(ev) => ev,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                            tracing::debug!(missed = n, "the web page's recorder fell behind");
+                            continue;
+                        }
+                        Err(_) => break,
+                    };
+                    let Some(me) = weak.upgrade() else { break };
+                    me.record(Seen {
+                        at: SystemTime::now(),
+                        kind: ev.kind,
+                        key: ev.key,
+                        fencing: ev.fencing_token,
+                    });
+                }
+            });
+        });
+    }
+
+    fn record(&self, seen: Seen) {
+        if matches!(seen.kind, LockEventKind::Acquired | LockEventKind::Renewed) {
+            let mut grants = guard(&self.last_grant);
+            if grants.len() >= KEEP_GRANTS {
+                grants.clear();
+            }
+            grants.insert(seen.key.clone(), seen.at);
+        }
+        if seen.kind == LockEventKind::Renewed {
+            return;
+        }
+        let mut events = guard(&self.events);
+        if events.len() >= KEEP_EVENTS {
+            events.pop_front();
+        }
+        events.push_back(seen);
+    }
+
+    /// When this server last granted or renewed `key`.
+    pub(crate) fn last_grant(&self, key: &str) -> Option<SystemTime> {
+        guard(&self.last_grant).get(key).copied()
+    }
+
+    /// Counts of the events newer than `from` that `keep` accepts, by kind.
+    pub(crate) fn count_since(
+        &self,
+        from: SystemTime,
+        kinds: &[LockEventKind],
+        keep: impl Fn(&str) -> bool,
+    ) -> usize {
+        guard(&self.events)
+            .iter()
+            .rev()
+            .take_while(|e| e.at >= from)
+            .filter(|e| kinds.contains(&e.kind) && keep(&e.key))
+            .count()
+    }
+
+    /// The last `n` events of `key`, oldest first.
+    pub(crate) fn of(&self, key: &str, n: usize) -> Vec<Seen> {
+        let events = guard(&self.events);
+        let mut v: Vec<Seen> = events
+            .iter()
+            .rev()
+            .filter(|e| &*e.key == key)
+            .take(n)
+            .cloned()
+            .collect();
+        v.reverse();
+        v
+    }
+
+    /// The CSRF token of a session.
+    pub(crate) fn csrf(&self, session: &str) -> String {
+        hex(&hmac(&self.secret, session.as_bytes()))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// HMAC-SHA256 (RFC 2104).
+fn hmac(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
+    let mut k = [0u8; 64];
+    k[..32].copy_from_slice(key);
+    let pad = |b: u8| k.iter().map(|x| x ^ b).collect::<Vec<u8>>();
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(msg)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
