@@ -134,25 +134,11 @@ fn a_token_from_token_is_accepted_by_serve_auth() {
 
 #[test]
 fn sigterm_stops_the_server_cleanly() {
-    let server = Served::start("memory:", &[]);
+    let mut server = Served::start("memory:", &[]);
     let pid = nix::unistd::Pid::from_raw(i32::try_from(server.pid()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let started = std::time::Instant::now();
-    loop {
-        match nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
-            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => {
-                assert_eq!(code, 0);
-                break;
-            }
-            Ok(_) => {}
-            Err(e) => panic!("{e}"),
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(5),
-            "still running"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let status = server.wait_within(std::time::Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0), "{status}");
 }
 
 /// The CLI works against a server unchanged: `--storage http://…` for run, acquire, renew,

@@ -54,14 +54,15 @@ pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8
         Ok(handle) => server = server.metrics(handle),
         Err(e) => tracing::warn!(error = %e, "metrics recorder not installed"),
     }
+    // Watch SIGTERM before saying we serve: a supervisor may stop us right after.
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot watch SIGTERM: {e}")))?;
     if !quiet {
         eprintln!(
             "storage-lock: serving {} on http://{bound} (OpenAPI: http://{bound}/openapi.json)",
             opened.shown
         );
     }
-    let mut term = signal(SignalKind::terminate())
-        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot watch SIGTERM: {e}")))?;
     let shutdown = async move {
         tokio::select! {
             _ = term.recv() => {}

@@ -234,6 +234,11 @@ impl Served {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Waits for the server to exit, at most `limit` (see [`wait_within`]).
+    pub fn wait_within(&mut self, limit: Duration) -> ExitStatus {
+        wait_within(&mut self.child, limit)
+    }
 }
 
 impl Drop for Served {
