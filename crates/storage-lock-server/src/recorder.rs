@@ -25,7 +25,15 @@ pub(crate) struct Recorder {
     secret: [u8; 32],
     /// Live pages (`/ui/events` streams) open now.
     pub(crate) streams: AtomicUsize,
+    /// Signed-in sessions: opaque id (the cookie) → the bearer token and when it ends. The
+    /// cookie never carries the token itself.
+    sessions: Mutex<HashMap<String, (String, SystemTime)>>,
 }
+
+/// How long a sign-in lasts.
+pub(crate) const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+/// Sessions kept at most (the oldest go first).
+const MAX_SESSIONS: usize = 10_000;
 
 /// One event of this server's engine.
 #[derive(Clone)]
@@ -47,6 +55,7 @@ impl Default for Recorder {
             started: OnceLock::new(),
             secret,
             streams: AtomicUsize::new(0),
+            sessions: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -133,6 +142,42 @@ impl Recorder {
             .collect();
         v.reverse();
         v
+    }
+
+    /// Starts a session for `token`; returns its opaque id (for the cookie).
+    pub(crate) fn sign_in(&self, token: &str) -> String {
+        let id = format!(
+            "{:032x}{:032x}",
+            rand::random::<u128>(),
+            rand::random::<u128>()
+        );
+        let now = SystemTime::now();
+        let mut sessions = guard(&self.sessions);
+        sessions.retain(|_, (_, ends)| *ends > now);
+        if sessions.len() >= MAX_SESSIONS
+            && let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, (_, e))| *e)
+                .map(|(k, _)| k.clone())
+        {
+            sessions.remove(&oldest);
+        }
+        sessions.insert(id.clone(), (token.to_owned(), now + SESSION_TTL));
+        id
+    }
+
+    /// The bearer token of a live session.
+    pub(crate) fn session_token(&self, id: &str) -> Option<String> {
+        let sessions = guard(&self.sessions);
+        sessions
+            .get(id)
+            .filter(|(_, ends)| *ends > SystemTime::now())
+            .map(|(t, _)| t.clone())
+    }
+
+    /// Ends a session.
+    pub(crate) fn sign_out(&self, id: &str) {
+        guard(&self.sessions).remove(id);
     }
 
     /// The CSRF token of a session.

@@ -7,9 +7,11 @@
 //!   render and refresh by reload; with it, ~60 lines of inline script apply the snapshots of
 //!   `/ui/events` (SSE, every 500 ms) with `textContent` and count time left down.
 //! * **Sign-in** with the same bearer tokens as the API: a form that sets an `HttpOnly`,
-//!   `SameSite=Strict` cookie (path `/ui`); the page shows only what the token may `read`, and
-//!   the force-release button only where it is `admin`. Without `--auth` there is nothing to
-//!   sign in to (as with the API, everyone may do everything).
+//!   `SameSite=Strict` cookie (path `/ui`) holding an opaque session id — never the token; the
+//!   session (12 h, kept in this server process: sign in again on another replica) maps to the
+//!   token. The page shows only what the token may `read`, and the force-release button only
+//!   where it is `admin`. Without `--auth` there is nothing to sign in to (as with the API,
+//!   everyone may do everything).
 //! * **Force-release** posts a form that carries a CSRF token (an HMAC of the session under a
 //!   secret of this server process) and the fencing token the operator saw; it asks for
 //!   confirmation naming the holder and the token (a dialog with JavaScript, a confirmation page
@@ -40,7 +42,7 @@ use crate::api::{
 };
 use crate::auth::Permission;
 
-const COOKIE: &str = "sl_token";
+const COOKIE: &str = "sl_session";
 /// How often `/ui/events` sends a snapshot.
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(500);
 
@@ -82,10 +84,11 @@ impl Viewer {
     /// The viewer; `None` when the server has auth and the cookie is missing or no longer
     /// valid (pages then send the sign-in page).
     fn of(st: &AppState, headers: &HeaderMap) -> Option<Self> {
-        let token = cookie_token(headers);
+        let session = cookie_token(headers);
+        let token = session.as_deref().and_then(|id| st.ui.session_token(id));
         let value = token.as_ref().map(|t| format!("Bearer {t}"));
         let caller = Caller::from_authorization(st, value.as_deref()).ok()?;
-        let csrf = st.ui.csrf(token.as_deref().unwrap_or("anonymous"));
+        let csrf = st.ui.csrf(session.as_deref().unwrap_or("anonymous"));
         Some(Self {
             caller,
             auth: st.auth.is_some(),
@@ -831,7 +834,11 @@ async fn login(State(st): Shared, headers: HeaderMap, Form(f): Form<LoginForm>) 
             .into_response();
     }
     let mut res = Redirect::to("/ui").into_response();
-    let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=43200");
+    let id = st.ui.sign_in(token);
+    let cookie = format!(
+        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/ui; Max-Age={}",
+        crate::recorder::SESSION_TTL.as_secs()
+    );
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         res.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -853,10 +860,13 @@ async fn logout(State(st): Shared, headers: HeaderMap, Form(f): Form<LogoutForm>
     if !csrf_ok || !same_origin(&headers) {
         return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
     }
+    if let Some(id) = cookie_token(&headers) {
+        st.ui.sign_out(&id);
+    }
     let mut res = Redirect::to("/ui/login").into_response();
     res.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static("sl_token=; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=0"),
+        HeaderValue::from_static("sl_session=; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=0"),
     );
     res
 }

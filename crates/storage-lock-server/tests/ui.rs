@@ -104,6 +104,10 @@ async fn sign_in_is_needed_and_force_release_needs_admin_and_csrf() {
                 cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
                 "{cookie}"
             );
+            assert!(
+                !cookie.contains(token),
+                "the cookie carries a session id, not the token"
+            );
             cookie.split(';').next().unwrap().to_owned()
         }
     };

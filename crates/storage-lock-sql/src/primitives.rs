@@ -41,20 +41,23 @@ macro_rules! impl_sql_storage {
         ) -> Result<storage_lock_core::Version, storage_lock_core::StorageError> {
             let version = crate::row::new_version();
             let (host, pid, note) = crate::row::holder_params(record.holder.as_deref());
-            let done = sqlx::query(&self.sql.create)
-                .bind(key)
-                .bind(version)
-                .bind(record.owner.to_bytes().to_vec())
-                .bind(i64::from(record.count))
-                .bind(crate::row::fencing_param(key, record.fencing)?)
-                .bind(crate::row::millis(record.acquired_at))
-                .bind(crate::row::millis(record.expires_at))
-                .bind(host)
-                .bind(pid)
-                .bind(note)
-                .execute(&self.pool)
-                .await
-                .map_err(err("create"))?;
+            let fencing = crate::row::fencing_param(key, record.fencing)?;
+            let done = crate::row::retry_aborted(|| {
+                sqlx::query(&self.sql.create)
+                    .bind(key)
+                    .bind(version)
+                    .bind(record.owner.to_bytes().to_vec())
+                    .bind(i64::from(record.count))
+                    .bind(fencing)
+                    .bind(crate::row::millis(record.acquired_at))
+                    .bind(crate::row::millis(record.expires_at))
+                    .bind(host)
+                    .bind(pid)
+                    .bind(note)
+                    .execute(&self.pool)
+            })
+            .await
+            .map_err(err("create"))?;
             if done.rows_affected() == 1 {
                 Ok(crate::row::version_of(version))
             } else {
@@ -70,21 +73,24 @@ macro_rules! impl_sql_storage {
         ) -> Result<storage_lock_core::Version, storage_lock_core::StorageError> {
             let version = crate::row::new_version();
             let (host, pid, note) = crate::row::holder_params(record.holder.as_deref());
-            let done = sqlx::query(&self.sql.update)
-                .bind(version)
-                .bind(record.owner.to_bytes().to_vec())
-                .bind(i64::from(record.count))
-                .bind(crate::row::fencing_param(key, record.fencing)?)
-                .bind(crate::row::millis(record.acquired_at))
-                .bind(crate::row::millis(record.expires_at))
-                .bind(host)
-                .bind(pid)
-                .bind(note)
-                .bind(key)
-                .bind(crate::row::version_param(expected))
-                .execute(&self.pool)
-                .await
-                .map_err(err("update"))?;
+            let fencing = crate::row::fencing_param(key, record.fencing)?;
+            let done = crate::row::retry_aborted(|| {
+                sqlx::query(&self.sql.update)
+                    .bind(version)
+                    .bind(record.owner.to_bytes().to_vec())
+                    .bind(i64::from(record.count))
+                    .bind(fencing)
+                    .bind(crate::row::millis(record.acquired_at))
+                    .bind(crate::row::millis(record.expires_at))
+                    .bind(host)
+                    .bind(pid)
+                    .bind(note)
+                    .bind(key)
+                    .bind(crate::row::version_param(expected))
+                    .execute(&self.pool)
+            })
+            .await
+            .map_err(err("update"))?;
             if done.rows_affected() == 1 {
                 Ok(crate::row::version_of(version))
             } else {
@@ -97,12 +103,14 @@ macro_rules! impl_sql_storage {
             key: &str,
             expected: &storage_lock_core::Version,
         ) -> Result<(), storage_lock_core::StorageError> {
-            let done = sqlx::query(&self.sql.delete)
-                .bind(key)
-                .bind(crate::row::version_param(expected))
-                .execute(&self.pool)
-                .await
-                .map_err(err("delete"))?;
+            let done = crate::row::retry_aborted(|| {
+                sqlx::query(&self.sql.delete)
+                    .bind(key)
+                    .bind(crate::row::version_param(expected))
+                    .execute(&self.pool)
+            })
+            .await
+            .map_err(err("delete"))?;
             if done.rows_affected() == 1 {
                 Ok(())
             } else {

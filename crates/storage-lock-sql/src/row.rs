@@ -49,6 +49,33 @@ pub(crate) fn lease_millis(lease: std::time::Duration) -> i64 {
     i64::try_from(lease.as_millis()).map_or(i64::MAX / 2, |ms| ms.min(i64::MAX / 2))
 }
 
+/// Runs a single-statement write again when the database aborted it as a deadlock victim or a
+/// serialization failure (SQLSTATE `40001`, PostgreSQL's `40P01`): the statement was rolled back
+/// whole, so running it again is the same as running it once. MySQL/InnoDB picks such victims
+/// when a create's locking read of the fencing floor races a sweep that raises it.
+pub(crate) async fn retry_aborted<T, F, Fut>(mut run: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
+    const ATTEMPTS: u32 = 8;
+    let mut attempt = 1;
+    loop {
+        match run().await {
+            Err(sqlx::Error::Database(e))
+                if attempt < ATTEMPTS && matches!(e.code().as_deref(), Some("40001" | "40P01")) =>
+            {
+                tracing::debug!(attempt, error = %e, "write aborted by the database; running it again");
+                // Jittered, growing: the other transaction finishes first.
+                let micros = (OwnerId::random().as_u128() % 900 + 100) as u64 * u64::from(attempt);
+                tokio::time::sleep(std::time::Duration::from_micros(micros)).await;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// A fresh random version for a write (63 bits, from the owner-id CSPRNG).
 pub(crate) fn new_version() -> i64 {
     version_param(&Version::random())
