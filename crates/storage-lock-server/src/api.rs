@@ -274,7 +274,7 @@ pub struct ListQuery {
 }
 
 /// `GET /v1/locks/{name}` query.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct GetQuery {

@@ -81,6 +81,14 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
 }
 
 impl Viewer {
+    /// Whether a form post carries this session's CSRF token and does not come from another
+    /// site (see [`same_origin`]).
+    fn posted_here(&self, csrf: &str, headers: &HeaderMap) -> bool {
+        let token_ok: bool =
+            subtle::ConstantTimeEq::ct_eq(self.csrf.as_bytes(), csrf.as_bytes()).into();
+        token_ok && same_origin(headers)
+    }
+
     /// The viewer; `None` when the server has auth and the cookie is missing or no longer
     /// valid (pages then send the sign-in page).
     fn of(st: &AppState, headers: &HeaderMap) -> Option<Self> {
@@ -583,14 +591,7 @@ async fn lock_page(
         return Redirect::to("/ui/login").into_response();
     };
     let info = match st
-        .get(
-            &viewer.caller,
-            name.clone(),
-            GetQuery {
-                wait_ms: None,
-                while_: None,
-            },
-        )
+        .get(&viewer.caller, name.clone(), GetQuery::default())
         .await
     {
         Ok(i) => i,
@@ -706,9 +707,7 @@ async fn force_release(
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return Redirect::to("/ui/login").into_response();
     };
-    let csrf_ok: bool =
-        subtle::ConstantTimeEq::ct_eq(viewer.csrf.as_bytes(), f.csrf.as_bytes()).into();
-    if !csrf_ok || !same_origin(&headers) {
+    if !viewer.posted_here(&f.csrf, &headers) {
         return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
     }
     if !viewer.caller.may(&st, &name, Permission::Admin) {
@@ -725,14 +724,7 @@ async fn force_release(
     if f.confirmed != "yes" {
         // Without JavaScript: a confirmation page that names the holder and the token.
         let current = st
-            .get(
-                &viewer.caller,
-                name.clone(),
-                GetQuery {
-                    wait_ms: None,
-                    while_: None,
-                },
-            )
+            .get(&viewer.caller, name.clone(), GetQuery::default())
             .await
             .ok();
         let holder = current
@@ -855,9 +847,7 @@ async fn logout(State(st): Shared, headers: HeaderMap, Form(f): Form<LogoutForm>
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return Redirect::to("/ui/login").into_response();
     };
-    let csrf_ok: bool =
-        subtle::ConstantTimeEq::ct_eq(viewer.csrf.as_bytes(), f.csrf.as_bytes()).into();
-    if !csrf_ok || !same_origin(&headers) {
+    if !viewer.posted_here(&f.csrf, &headers) {
         return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
     }
     if let Some(id) = cookie_token(&headers) {

@@ -181,14 +181,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             return Ok(None);
         };
         super::telemetry::not_a_handle();
-        let Some(expires_at) = granted.expires_at.to_system_time() else {
-            if let Err(e) = self.storage.as_ref().release(&key, owner).await {
-                tracing::warn!(error = %e, "release after an unrepresentable expiry failed");
-            }
-            return Err(LockError::LeaseOutOfRange {
-                lease: options.lease,
-            });
-        };
+        let expires_at = self
+            .expiry_or_release(&key, owner, &granted, options.lease)
+            .await?;
         self.shared
             .events
             .emit(LockEventKind::Acquired, &key, Some(granted.fencing));

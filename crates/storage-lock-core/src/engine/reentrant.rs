@@ -50,20 +50,32 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             return Ok(None);
         };
         super::telemetry::not_a_handle();
-        let Some(expires_at) = granted.expires_at.to_system_time() else {
-            // Release the level just taken first, then report.
-            if let Err(e) = self.storage.as_ref().release(&key, owner).await {
-                tracing::warn!(error = %e, "release after an unrepresentable expiry failed");
-            }
-            return Err(LockError::LeaseOutOfRange {
-                lease: options.lease,
-            });
-        };
+        let expires_at = self
+            .expiry_or_release(&key, owner, &granted, options.lease)
+            .await?;
         Ok(Some(ReentrantHold {
             fencing_token: granted.fencing,
             count: granted.count,
             expires_at,
         }))
+    }
+
+    /// The expiry of a grant of an explicit owner as a `SystemTime`; if it cannot be represented,
+    /// the level just taken is released first and [`LockError::LeaseOutOfRange`] reported.
+    pub(super) async fn expiry_or_release(
+        &self,
+        key: &str,
+        owner: OwnerId,
+        granted: &super::acquire::Granted,
+        lease: Duration,
+    ) -> Result<SystemTime, LockError> {
+        if let Some(expires_at) = granted.expires_at.to_system_time() {
+            return Ok(expires_at);
+        }
+        if let Err(e) = self.storage.as_ref().release(key, owner).await {
+            tracing::warn!(error = %e, "release after an unrepresentable expiry failed");
+        }
+        Err(LockError::LeaseOutOfRange { lease })
     }
 
     /// Removes one level of `owner`'s hold; returns the levels left (0 = the key is free).
