@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis) if they are not
-# running, creates the test database if missing, and exports the URLs the tests read:
+# Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis, etcd) if they are not
+# running (installing what is missing: Debian's etcd-server and protobuf-compiler, which
+# building the etcd backend needs), creates the test database if missing, and exports the URLs
+# the tests read:
 #   STORAGE_LOCK_POSTGRES_URL  STORAGE_LOCK_MYSQL_URL  STORAGE_LOCK_REDIS_URL
+#   STORAGE_LOCK_ETCD_URL (and STORAGE_LOCK_ETCD_BIN, for the restart test's own etcd)
 #   STORAGE_LOCK_TEST_URLS (the CLI's end-to-end tests run against each)
 # The machine's Redis (6379) keeps nothing on disk, and the Redis backend refuses a server that
 # can forget writes; so the tests get a durable Redis of their own on 6390 (AOF, fsync always).
@@ -71,10 +74,11 @@ sl_databases() {
 }
 
 sl_etcd() { # a single-node etcd of the project's own: client 127.0.0.1:2389, peer 127.0.0.1:2390
-  : "${STORAGE_LOCK_ETCD_URL:=http://127.0.0.1:2389}"
-  export STORAGE_LOCK_ETCD_URL
-  curl -fsS http://127.0.0.1:2389/health >/dev/null 2>&1 && return 0
+  : "${STORAGE_LOCK_ETCD_URL:=etcd://127.0.0.1:2389}"
   command -v etcd >/dev/null || sl_install etcd-server || return 1
+  STORAGE_LOCK_ETCD_BIN=$(command -v etcd)
+  export STORAGE_LOCK_ETCD_URL STORAGE_LOCK_ETCD_BIN
+  curl -fsS http://127.0.0.1:2389/health >/dev/null 2>&1 && return 0
   local dir="${TMPDIR:-/tmp}/storage-lock-etcd-2389"
   mkdir -p "$dir"
   setsid etcd --name storage-lock-2389 --data-dir "$dir/data" \
@@ -86,6 +90,11 @@ sl_etcd() { # a single-node etcd of the project's own: client 127.0.0.1:2389, pe
   sl_wait_for "etcd (2389)" curl -fsS http://127.0.0.1:2389/health || return 1
 }
 
-sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_databases || return 1 2>/dev/null || exit 1
+sl_protoc() { # build tool: etcd-client compiles etcd's protos with protoc
+  command -v protoc >/dev/null || sl_install protobuf-compiler || return 1
+}
+
+sl_protoc && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_databases && sl_etcd \
+  || return 1 2>/dev/null || exit 1
 
 export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli:"

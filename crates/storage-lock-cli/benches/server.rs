@@ -333,7 +333,10 @@ fn row(what: &str, clients: usize, ours: f64, base_name: &str, base: f64) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let etcd = std::env::var("STORAGE_LOCK_ETCD_URL").ok();
+    // The JSON gateway of the cluster scripts/services.sh starts (etcd://host:port → http://).
+    let etcd = std::env::var("STORAGE_LOCK_ETCD_URL")
+        .ok()
+        .map(|u| u.replace("etcd://", "http://"));
     let pg = std::env::var("STORAGE_LOCK_POSTGRES_URL").ok();
     if etcd.is_none() {
         eprintln!(

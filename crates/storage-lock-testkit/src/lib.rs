@@ -8,6 +8,8 @@
 //!   release/expiry/sweep, cancel safety, the lost signal, hand-off on release.
 //! * [`multiprocess`] — OS processes contending on one storage, checked through shared files.
 //! * [`proxy`] — a loopback TCP proxy that cuts connections, for connection-loss tests.
+//! * [`restart`] — a server process of the test's own, killed and restarted, and the check that
+//!   holds and fencing tokens come through it.
 //!
 //! Every case is a `pub async fn` taking a fresh storage. A backend stamps all of them as named
 //! `#[tokio::test]`s with one macro call, once through its own lock operations and once through
@@ -22,6 +24,7 @@ pub mod conformance;
 pub mod multiprocess;
 pub mod overlap;
 pub mod proxy;
+pub mod restart;
 pub mod semantics;
 
 pub use overlap::OverlapDetector;

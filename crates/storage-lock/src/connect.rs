@@ -58,6 +58,8 @@ const SCHEMES: &[(&str, Opener)] = &[
     ("redis", open_redis),
     #[cfg(feature = "redis")]
     ("rediss", open_redis),
+    #[cfg(feature = "etcd")]
+    ("etcd", open_etcd),
     #[cfg(feature = "http")]
     ("http", open_http),
 ];
@@ -337,6 +339,19 @@ fn open_redis(url: String) -> Opened {
             };
         }
         Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+#[cfg(feature = "etcd")]
+fn open_etcd(url: String) -> Opened {
+    Box::pin(async move {
+        let builder = storage_lock_etcd::EtcdStorageBuilder::from_url(&url).map_err(|e| {
+            ConnectError::InvalidUrl {
+                url: redact_url(&url),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
     })
 }
 

@@ -14,6 +14,7 @@
 //! | `postgres://…[?table=NAME&schema=NAME]` | `PostgresStorage` | `postgres` |
 //! | `mysql://…[?table=NAME]` (also `mariadb://`) | `MysqlStorage` | `mysql` |
 //! | `redis://…[?prefix=PREFIX]` | `RedisStorage` | `redis` |
+//! | `etcd://host:2379[,host:2379…][?prefix=PREFIX&timeout=2s]` | `EtcdStorage` | `etcd` |
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,6 +47,8 @@ pub use storage_lock_core::{
     Stored, SweepReport, SystemClock, TimeSource, Timestamp, Version, Wait,
 };
 pub use storage_lock_core::{clock, contract, engine, fenced, memory, storage};
+#[cfg(feature = "etcd")]
+pub use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
 #[cfg(feature = "redis")]
 pub use storage_lock_redis::{RedisStorage, RedisStorageBuilder};
 #[cfg(feature = "mysql")]

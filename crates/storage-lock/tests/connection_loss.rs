@@ -98,3 +98,13 @@ async fn mysql_connection_loss_is_fail_closed() {
 async fn redis_connection_loss_is_fail_closed() {
     fail_closed_and_recover("STORAGE_LOCK_REDIS_URL", "?prefix=storage-lock-suite:").await;
 }
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_connection_loss_is_fail_closed() {
+    fail_closed_and_recover(
+        "STORAGE_LOCK_ETCD_URL",
+        "?prefix=storage-lock-suite/&timeout=1s",
+    )
+    .await;
+}

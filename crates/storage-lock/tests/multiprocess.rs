@@ -63,3 +63,12 @@ fn redis_processes_exclude_each_other() {
         env_url("STORAGE_LOCK_REDIS_URL")
     ));
 }
+
+#[cfg(feature = "etcd")]
+#[test]
+fn etcd_processes_exclude_each_other() {
+    contend(&format!(
+        "{}?prefix=storage-lock-mp/",
+        env_url("STORAGE_LOCK_ETCD_URL")
+    ));
+}

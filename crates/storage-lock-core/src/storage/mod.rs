@@ -15,6 +15,7 @@
 mod capabilities;
 mod change;
 mod defaults;
+pub mod encoding;
 mod error;
 pub mod ops;
 mod record;

@@ -1,0 +1,609 @@
+//! [`EtcdStorage`]: storage-lock on etcd v3, the replicated, linearizable store.
+//!
+//! * **Compare-and-set** is one `Txn` per write: `create_revision == 0` to create, `mod_revision
+//!   == expected` to update or delete. The record's version is its `mod_revision`, so every
+//!   write yields a version never seen before for that key, even after a delete.
+//! * **Lock operations** are the engine's defaults on these primitives: a read and one `Txn`
+//!   (two round trips). etcd compares bytes, not the times inside a record, so a lock
+//!   operation cannot be decided on the server in one round trip.
+//! * **Waiting** is push-driven: each storage keeps one `watch` over its prefix (multiplexed
+//!   over every waiting key, re-established after a failure); a waiter re-tries on the next
+//!   change of its key, never by polling.
+//! * **Release** writes a tombstone (the fencing token stays in the record); `sweep` deletes
+//!   long-free records with a conditional delete after raising the fencing floor.
+//!
+//! # Time: an injected clock
+//! etcd has no clock API, and its own leases count time on the server but delete the key (and
+//! with it the fencing token) when they run out. So expiry is judged by a [`Clock`] injected at
+//! open — by default each client's [`SystemClock`] ([`TimeSource::Injected`]).
+//!
+//! **Drift bound.** If two clients' clocks differ by at most `δ`, a hold can be taken over up
+//! to `δ` before its holder's own clock ends it (the holder's handle still turns lost at its
+//! *local* deadline, measured on a monotonic clock from before the write). Keep clocks in sync
+//! (NTP keeps `δ` in the milliseconds) and leases much longer than `δ`; the protected resource
+//! must check fencing tokens in any case, and those never repeat: they live in the record, which
+//! a release never deletes, and fresh keys start above the floor that a sweep raises first.
+//!
+//! # What holds where
+//! * **An etcd cluster (1, 3 or 5 members)**: every read and write here is linearizable
+//!   (serializable reads are never used) and etcd fsyncs its log before it answers, so a
+//!   granted lock survives a member crash or a restart of the whole cluster — safe.
+//! * **Not safe**: `--unsafe-no-fsync`, or a cluster restored from a snapshot or backup taken
+//!   before a grant (it forgets holds and fencing tokens, as any store rolled back would).
+//!
+//! # URL
+//! `etcd://[user:password@]host:2379[,host2:2379…][?prefix=locks/&timeout=2s]` (see
+//! [`EtcdStorageBuilder::from_url`]). TLS is not compiled in.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp, WatchOptions,
+    WatchStream,
+};
+use storage_lock_core::storage::encoding::{decode_record, encode_record};
+use storage_lock_core::{
+    Capabilities, ChangeWait, Clock, LockRecord, NotificationSource, Notifications, Page,
+    PageRequest, SourceEvent, Storage, StorageError, Stored, SystemClock, TimeSource, Timestamp,
+    Version,
+};
+
+const NAME: &str = "etcd";
+
+/// The key prefix used unless configured otherwise.
+pub const DEFAULT_PREFIX: &str = "storage-lock/";
+
+/// Locks in etcd; see the [crate docs](crate).
+#[derive(Clone)]
+pub struct EtcdStorage {
+    client: Client,
+    prefix: Arc<str>,
+    clock: Arc<dyn Clock>,
+    hub: Arc<Notifications<WatchSource>>,
+}
+
+impl fmt::Debug for EtcdStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStorage")
+            .field("prefix", &self.prefix)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures and opens an [`EtcdStorage`] (`Debug` hides the password).
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `open`"]
+pub struct EtcdStorageBuilder {
+    endpoints: Vec<String>,
+    user: Option<(String, String)>,
+    prefix: String,
+    timeout: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for EtcdStorageBuilder {
+    fn default() -> Self {
+        Self {
+            endpoints: Vec::new(),
+            user: None,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeout: Duration::from_secs(2),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl fmt::Debug for EtcdStorageBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStorageBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> StorageError {
+    StorageError::config(NAME, reason)
+}
+
+impl EtcdStorageBuilder {
+    /// A builder with defaults: prefix `storage-lock/`, 2 s per request, the system clock.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder from the URL in `STORAGE_LOCK_ETCD_URL`, if set.
+    ///
+    /// # Errors
+    /// As [`Self::from_url`].
+    pub fn from_env() -> Result<Self, StorageError> {
+        match std::env::var("STORAGE_LOCK_ETCD_URL") {
+            Ok(url) => Self::from_url(&url),
+            Err(_) => Ok(Self::new()),
+        }
+    }
+
+    /// A builder from `etcd://[user:password@]host:port[,host:port…][?prefix=P&timeout=T]`.
+    /// `timeout` is a number with a unit (`500ms`, `2s`).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for another scheme, no endpoint, an unknown option or a bad
+    /// value (the password is never shown).
+    ///
+    /// # Examples
+    /// ```
+    /// let b = storage_lock_etcd::EtcdStorageBuilder::from_url(
+    ///     "etcd://127.0.0.1:2379,127.0.0.1:22379?prefix=app/locks/&timeout=500ms",
+    /// )?;
+    /// assert!(format!("{b:?}").contains("app/locks/"));
+    /// assert!(storage_lock_etcd::EtcdStorageBuilder::from_url("etcd://h:1?tabel=x").is_err());
+    /// # Ok::<(), storage_lock_core::StorageError>(())
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        let rest = url
+            .strip_prefix("etcd://")
+            .ok_or_else(|| invalid("expected etcd://host:port[,host:port…]"))?;
+        let (authority, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let authority = authority.strip_suffix('/').unwrap_or(authority);
+        let mut b = Self::new();
+        let hosts = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => {
+                let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+                b.user = Some((percent_decode(user)?, percent_decode(password)?));
+                hosts
+            }
+            None => authority,
+        };
+        for host in hosts.split(',') {
+            if host.is_empty() || host.contains(['/', '@', ' ']) {
+                return Err(invalid(format!(
+                    "bad endpoint {host:?} (expected host:port)"
+                )));
+            }
+            b.endpoints.push(format!("http://{host}"));
+        }
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("prefix", p)) => b.prefix = percent_decode(p)?,
+                Some(("timeout", t)) => {
+                    b.timeout = parse_duration(t)
+                        .ok_or_else(|| invalid(format!("bad timeout {t:?} (e.g. 2s, 500ms)")))?;
+                }
+                _ => {
+                    return Err(invalid(format!(
+                        "unknown option {pair:?} (known: prefix, timeout)"
+                    )));
+                }
+            }
+        }
+        Ok(b)
+    }
+
+    /// The cluster's client endpoints (`http://host:port`); requests go to any of them.
+    pub fn endpoints<I: IntoIterator<Item = S>, S: Into<String>>(mut self, endpoints: I) -> Self {
+        self.endpoints = endpoints.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// etcd user and password (auth enabled on the cluster).
+    pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((name.into(), password.into()));
+        self
+    }
+
+    /// The prefix of every key this storage writes (and watches).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one request may take before it fails (and a renewal counts as unconfirmed).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The clock expiry is judged by (default [`SystemClock`]); every client of the same
+    /// prefix must agree with it within the drift bound in the [crate docs](crate).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Connects and checks that the cluster answers a linearizable read.
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] without endpoints; [`StorageError::Backend`] if the cluster
+    /// cannot be reached within the timeout.
+    ///
+    /// # Examples
+    /// (Runs in the test command, which sets `STORAGE_LOCK_ETCD_URL`.)
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
+    /// # if std::env::var("STORAGE_LOCK_ETCD_URL").is_err() { return Ok(()) }
+    /// use storage_lock_core::Storage;
+    /// let storage = storage_lock_etcd::EtcdStorageBuilder::from_env()?
+    ///     .prefix("doc-locks/")
+    ///     .open()
+    ///     .await?;
+    /// assert!(storage.capabilities().linearizable_cas);
+    /// # Ok(()) }
+    /// ```
+    pub async fn open(self) -> Result<EtcdStorage, StorageError> {
+        if self.endpoints.is_empty() {
+            return Err(invalid("no endpoint configured"));
+        }
+        let mut options = ConnectOptions::new()
+            .with_timeout(self.timeout)
+            .with_connect_timeout(self.timeout)
+            .with_keep_alive(Duration::from_secs(2), self.timeout)
+            .with_keep_alive_while_idle(true);
+        if let Some((user, password)) = self.user {
+            options = options.with_user(user, password);
+        }
+        let client = tokio::time::timeout(
+            self.timeout,
+            Client::connect(&self.endpoints, Some(options)),
+        )
+        .await
+        .map_err(|_| StorageError::backend(NAME, "open", "connect timed out"))?
+        .map_err(err("open"))?;
+        let prefix: Arc<str> = self.prefix.into();
+        let storage = EtcdStorage {
+            hub: Arc::new(Notifications::new(WatchSource {
+                client: client.clone(),
+                prefix: prefix.clone(),
+            })),
+            client,
+            prefix,
+            clock: self.clock,
+        };
+        // A linearizable read: the cluster has a leader and answers.
+        storage
+            .kv()
+            .get(storage.full("\u{1f}open"), None)
+            .await
+            .map_err(err("open"))?;
+        Ok(storage)
+    }
+}
+
+fn percent_decode(s: &str) -> Result<String, StorageError> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next(), bytes.next()];
+            let [Some(h), Some(l)] = hex else {
+                return Err(invalid("bad percent-encoding in the URL"));
+            };
+            let digit = |c: u8| char::from(c).to_digit(16);
+            match (digit(h), digit(l)) {
+                (Some(h), Some(l)) => out.push(u8::try_from(h * 16 + l).unwrap_or(0)),
+                _ => return Err(invalid("bad percent-encoding in the URL")),
+            }
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).map_err(|_| invalid("the URL decodes to invalid UTF-8"))
+}
+
+fn parse_duration(s: &str) -> Option<Duration> {
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        _ => return None,
+    };
+    (!d.is_zero()).then_some(d)
+}
+
+impl EtcdStorage {
+    /// A builder.
+    pub fn builder() -> EtcdStorageBuilder {
+        EtcdStorageBuilder::new()
+    }
+
+    fn kv(&self) -> KvClient {
+        self.client.kv_client()
+    }
+
+    fn full(&self, key: &str) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.prefix.len() + key.len());
+        k.extend_from_slice(self.prefix.as_bytes());
+        k.extend_from_slice(key.as_bytes());
+        k
+    }
+
+    /// One `Txn`: if `compare`, do `op`; the new version is the revision the write made.
+    async fn cas(
+        &self,
+        operation: &'static str,
+        compare: Compare,
+        op: TxnOp,
+    ) -> Result<Option<Version>, StorageError> {
+        let resp = self
+            .kv()
+            .txn(Txn::new().when([compare]).and_then([op]))
+            .await
+            .map_err(err(operation))?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        let revision = resp
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| StorageError::backend(NAME, operation, "no header in the answer"))?;
+        Ok(Some(revision_version(revision)))
+    }
+}
+
+fn revision_version(revision: i64) -> Version {
+    Version::from_u64(u64::try_from(revision).unwrap_or(0))
+}
+
+fn expected_revision(key: &str, v: &Version) -> Result<i64, StorageError> {
+    v.as_u64()
+        .and_then(|n| i64::try_from(n).ok())
+        .ok_or_else(|| StorageError::Conflict {
+            key: key.to_owned(),
+        })
+}
+
+fn err(operation: &'static str) -> impl Fn(etcd_client::Error) -> StorageError {
+    move |e| StorageError::backend(NAME, operation, e)
+}
+
+/// The smallest key greater than every key that starts with `prefix` (etcd's range end);
+/// `[0]` (the whole keyspace onwards) if there is none.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[async_trait]
+impl Storage for EtcdStorage {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::linearizable()
+            .with_conditional_delete(true)
+            .with_change_notifications(true)
+            .with_time_source(TimeSource::Injected)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        Ok(self.clock.now())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        let resp = self
+            .kv()
+            .get(self.full(key), None)
+            .await
+            .map_err(err("get"))?;
+        resp.kvs()
+            .first()
+            .map(|kv| {
+                Ok(Stored {
+                    record: decode_record(key, kv.value())?,
+                    version: revision_version(kv.mod_revision()),
+                })
+            })
+            .transpose()
+    }
+
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let k = self.full(key);
+        let put = TxnOp::put(k.clone(), encode_record(record, 0), None);
+        self.cas(
+            "create",
+            Compare::create_revision(k, CompareOp::Equal, 0),
+            put,
+        )
+        .await?
+        .ok_or_else(|| StorageError::AlreadyExists {
+            key: key.to_owned(),
+        })
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let rev = expected_revision(key, expected)?;
+        let k = self.full(key);
+        let put = TxnOp::put(k.clone(), encode_record(record, 0), None);
+        self.cas(
+            "update",
+            Compare::mod_revision(k, CompareOp::Equal, rev),
+            put,
+        )
+        .await?
+        .ok_or_else(|| StorageError::Conflict {
+            key: key.to_owned(),
+        })
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let rev = expected_revision(key, expected)?;
+        let k = self.full(key);
+        let del = TxnOp::delete(k.clone(), None);
+        self.cas(
+            "delete",
+            Compare::mod_revision(k, CompareOp::Equal, rev),
+            del,
+        )
+        .await?
+        .map(drop)
+        .ok_or_else(|| StorageError::Conflict {
+            key: key.to_owned(),
+        })
+    }
+
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let from = self.full(prefix);
+        let end = prefix_end(&from);
+        let start = match &page.after {
+            Some(after) => {
+                let mut a = self.full(after);
+                a.push(0);
+                a.max(from)
+            }
+            None => from,
+        };
+        let limit = page.effective_limit();
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_limit(i64::try_from(limit + 1).unwrap_or(i64::MAX));
+        let resp = self
+            .kv()
+            .get(start, Some(options))
+            .await
+            .map_err(err("list"))?;
+        let mut entries = Vec::with_capacity(resp.kvs().len());
+        for kv in resp.kvs() {
+            let Some(key) = kv
+                .key()
+                .strip_prefix(self.prefix.as_bytes())
+                .and_then(|k| std::str::from_utf8(k).ok())
+            else {
+                continue; // not a key this storage wrote
+            };
+            entries.push((
+                key.to_owned(),
+                Stored {
+                    record: decode_record(key, kv.value())?,
+                    version: revision_version(kv.mod_revision()),
+                },
+            ));
+        }
+        Ok(Page::from_sorted(entries, limit))
+    }
+
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        Ok(self.hub.arm(key).await)
+    }
+}
+
+/// One `watch` over the storage's prefix, behind its notification hub.
+struct WatchSource {
+    client: Client,
+    prefix: Arc<str>,
+}
+
+/// A created watch and the keys of events not yet handed out.
+struct Watching {
+    stream: WatchStream,
+    pending: VecDeque<SourceEvent>,
+}
+
+#[async_trait]
+impl NotificationSource for WatchSource {
+    type Connection = Watching;
+
+    async fn connect(&self) -> Result<Watching, StorageError> {
+        let mut stream = self
+            .client
+            .watch_client()
+            .watch(
+                self.prefix.as_bytes(),
+                Some(WatchOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(err("watch"))?;
+        // Listening only once etcd confirmed the watch: a change after this is delivered.
+        match stream.message().await.map_err(err("watch"))? {
+            Some(resp) if resp.created() && !resp.canceled() => Ok(Watching {
+                stream,
+                pending: VecDeque::new(),
+            }),
+            _ => Err(StorageError::backend(
+                NAME,
+                "watch",
+                "the watch was not created",
+            )),
+        }
+    }
+
+    async fn next(&self, conn: &mut Watching) -> SourceEvent {
+        loop {
+            if let Some(event) = conn.pending.pop_front() {
+                return event;
+            }
+            match conn.stream.message().await {
+                Ok(Some(resp)) if resp.canceled() => return SourceEvent::Disconnected,
+                Ok(Some(resp)) => {
+                    for event in resp.events() {
+                        let key = event.kv().and_then(|kv| {
+                            kv.key()
+                                .strip_prefix(self.prefix.as_bytes())
+                                .and_then(|k| std::str::from_utf8(k).ok())
+                        });
+                        conn.pending.push_back(match key {
+                            Some(k) => SourceEvent::Changed(k.to_owned()),
+                            None => SourceEvent::MayHaveMissed,
+                        });
+                    }
+                }
+                Ok(None) | Err(_) => return SourceEvent::Disconnected,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_is_the_next_key_after_the_range() {
+        assert_eq!(prefix_end(b"ab"), b"ac");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
+    }
+
+    #[test]
+    fn urls_are_checked_before_connecting() {
+        let b = EtcdStorageBuilder::from_url("etcd://u:p%40ss@h1:1,h2:2/?prefix=x%2Fy&timeout=1s")
+            .unwrap();
+        assert_eq!(b.endpoints, ["http://h1:1", "http://h2:2"]);
+        assert_eq!(b.prefix, "x/y");
+        assert_eq!(b.timeout, Duration::from_secs(1));
+        assert_eq!(b.user, Some(("u".into(), "p@ss".into())));
+        assert!(!format!("{b:?}").contains("p@ss"));
+        for bad in [
+            "http://h:1",
+            "etcd://",
+            "etcd://h:1,,h:2",
+            "etcd://h:1?timeout=0s",
+            "etcd://h:1?timeout=5",
+            "etcd://h:1?x=1",
+            "etcd://u:%zz@h:1",
+        ] {
+            assert!(EtcdStorageBuilder::from_url(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! Both suites against [`EtcdStorage`] on the cluster named by `STORAGE_LOCK_ETCD_URL`
+//! (`scripts/services.sh` starts one and sets it), and a restart of an etcd of this test's own.
+//! Tests share one key prefix; each uses lock names under a prefix of its own.
+
+use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
+use storage_lock_testkit::restart::{ServerProcess, restart_keeps_fencing, spare_port, wait_until};
+
+async fn etcd() -> EtcdStorage {
+    let url = std::env::var("STORAGE_LOCK_ETCD_URL")
+        .expect("STORAGE_LOCK_ETCD_URL must name an etcd cluster (run scripts/test.sh)");
+    EtcdStorageBuilder::from_url(&url)
+        .expect("a valid etcd URL")
+        .prefix("storage-lock-suite/")
+        .open()
+        .await
+        .expect("connect to etcd")
+}
+
+storage_lock_testkit::storage_lock_suites!(etcd);
+
+/// SIGKILL of an etcd this test started (same data directory on restart): etcd fsyncs before
+/// it answers, so the records and their fencing tokens come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_keeps_fencing() {
+    let bin = std::env::var("STORAGE_LOCK_ETCD_BIN").unwrap_or_else(|_| "etcd".into());
+    let dir = tempfile::tempdir().unwrap();
+    let (client, peer) = (spare_port(), spare_port());
+    let args: Vec<String> = [
+        "--name=restart".to_owned(),
+        format!("--data-dir={}", dir.path().join("data").display()),
+        format!("--listen-client-urls=http://127.0.0.1:{client}"),
+        format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+        format!("--initial-cluster=restart=http://127.0.0.1:{peer}"),
+    ]
+    .into();
+    let mut server = ServerProcess::start(bin, &args, dir.path().join("etcd.log"));
+    let url = format!("etcd://127.0.0.1:{client}?timeout=1s");
+    let open = || async { EtcdStorageBuilder::from_url(&url).unwrap().open().await };
+    let storage = wait_until("etcd starts", open).await;
+    restart_keeps_fencing(storage, async {
+        server.restart();
+        wait_until("etcd restarts", open).await;
+    })
+    .await;
+}

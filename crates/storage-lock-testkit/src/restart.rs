@@ -1,0 +1,194 @@
+//! Server restarts: a server process a test started itself, killed and started again, and the
+//! check that holds and fencing tokens come through it.
+//!
+//! [`ServerProcess`] runs one server binary on spare loopback ports and kills only that process
+//! (by its PID, with `SIGKILL`: no graceful shutdown). [`restart_keeps_fencing`] is the check
+//! every replicated backend runs across such a restart.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use storage_lock_core::{AcquireOptions, Storage, StorageLock, Wait};
+use tokio::time::{Instant, sleep, timeout};
+
+/// A free loopback TCP port (bound and released; good enough for a test's own server).
+pub fn spare_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a spare loopback port")
+}
+
+/// A server process the test owns: started by [`Self::start`], killed on [`Self::kill`] and
+/// on drop, never any other process.
+#[derive(Debug)]
+pub struct ServerProcess {
+    program: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    /// Starts `program args…`, its output appended to `log`.
+    ///
+    /// # Panics
+    /// If it cannot be started (a test helper: the test fails).
+    pub fn start(program: impl Into<PathBuf>, args: &[String], log: impl Into<PathBuf>) -> Self {
+        let mut p = Self {
+            program: program.into(),
+            args: args.to_vec(),
+            log: log.into(),
+            child: None,
+        };
+        p.spawn();
+        p
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the server log");
+        let err = log.try_clone().expect("clone the log handle");
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", self.program.display()));
+        self.child = Some(child);
+    }
+
+    /// Kills the process with `SIGKILL` (no chance to flush anything it did not flush before
+    /// answering) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills it and starts it again with the same arguments (same data directory).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The server's log so far (for a failing test's message).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until `probe` succeeds (up to 30 s), e.g. a connect to the restarted server.
+///
+/// # Panics
+/// If it never does.
+pub async fn wait_until<F, Fut, T, E>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Debug,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match timeout(Duration::from_secs(5), probe()).await {
+            Ok(Ok(v)) => return v,
+            Ok(Err(e)) if Instant::now() > deadline => panic!("{what}: {e:?}"),
+            Err(_) if Instant::now() > deadline => panic!("{what}: timed out"),
+            _ => sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Holds a lock with the watchdog on and leaves a released one behind, has `restart` kill the
+/// server and start it again, then checks:
+/// * the held handle either turned lost (no later than its local deadline) or is still held
+///   *and the storage agrees* (a waiter cannot take it);
+/// * every fencing token issued after the restart is strictly higher than every token issued
+///   before it, for the held key and for the released one.
+///
+/// # Panics
+/// When a check fails (a test helper).
+pub async fn restart_keeps_fencing<S, R>(storage: S, restart: R)
+where
+    S: Storage,
+    R: Future<Output = ()>,
+{
+    let lock = StorageLock::new(storage).expect("a lock over the storage");
+    let name = format!("restart-{:016x}", rand::random::<u64>());
+    let released = format!("{name}-released");
+    let lease = Duration::from_secs(3);
+    let opts = AcquireOptions::default()
+        .lease(lease)
+        .auto_renew(Duration::from_millis(500));
+    let held = lock
+        .try_acquire(&name, &opts)
+        .await
+        .expect("acquire before the restart")
+        .expect("free");
+    let held_token = held.fencing_token();
+    let r = lock
+        .try_acquire(&released, &AcquireOptions::default().wait(Wait::Never))
+        .await
+        .expect("acquire before the restart")
+        .expect("free");
+    let released_token = r.fencing_token();
+    r.release().await.expect("release before the restart");
+
+    let killed = Instant::now();
+    restart.await;
+    let back = killed.elapsed();
+
+    // Past the local deadline of a handle that could not renew during the outage.
+    sleep(lease + Duration::from_millis(500)).await;
+    let probe = AcquireOptions::default().wait(Wait::Never);
+    if held.is_lost() {
+        eprintln!("restart took {back:?}; the held handle turned lost");
+    } else {
+        eprintln!("restart took {back:?}; the held handle survived and renews");
+        let other = wait_until("a probe after the restart", || {
+            lock.try_acquire(&name, &probe)
+        })
+        .await;
+        assert!(
+            other.is_none(),
+            "the handle is not lost, yet a second holder got the lock"
+        );
+        held.release().await.expect("release after the restart");
+    }
+    let wait = AcquireOptions::default().wait(Wait::For(lease * 2));
+    let again = wait_until("acquire after the restart", || {
+        lock.try_acquire(&name, &wait)
+    })
+    .await
+    .expect("the lock is free again");
+    assert!(
+        again.fencing_token() > held_token,
+        "fencing token repeated across a restart: {} after {held_token}",
+        again.fencing_token(),
+    );
+    let r2 = wait_until("acquire after the restart", || {
+        lock.try_acquire(&released, &wait)
+    })
+    .await
+    .expect("the released lock is free");
+    assert!(
+        r2.fencing_token() > released_token,
+        "fencing token of a released lock repeated across a restart"
+    );
+    again.release().await.expect("release");
+    r2.release().await.expect("release");
+}
