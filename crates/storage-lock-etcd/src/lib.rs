@@ -46,6 +46,7 @@ use etcd_client::{
     WatchStream,
 };
 use storage_lock_core::storage::encoding::{decode_record, encode_record};
+use storage_lock_core::storage::url::UrlParts;
 use storage_lock_core::{
     Capabilities, ChangeWait, Clock, LockRecord, NotificationSource, Notifications, Page,
     PageRequest, SourceEvent, Storage, StorageError, Stored, SystemClock, TimeSource, Timestamp,
@@ -148,42 +149,22 @@ impl EtcdStorageBuilder {
     /// # Ok::<(), storage_lock_core::StorageError>(())
     /// ```
     pub fn from_url(url: &str) -> Result<Self, StorageError> {
-        let rest = url
-            .strip_prefix("etcd://")
-            .ok_or_else(|| invalid("expected etcd://host:port[,host:port…]"))?;
-        let (authority, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let authority = authority.strip_suffix('/').unwrap_or(authority);
+        let mut u = UrlParts::parse(url).map_err(invalid)?;
+        if u.scheme != "etcd" || u.hosts.is_empty() || !u.path.is_empty() {
+            return Err(invalid("expected etcd://host:port[,host:port…]"));
+        }
         let mut b = Self::new();
-        let hosts = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => {
-                let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-                b.user = Some((percent_decode(user)?, percent_decode(password)?));
-                hosts
-            }
-            None => authority,
-        };
-        for host in hosts.split(',') {
-            if host.is_empty() || host.contains(['/', '@', ' ']) {
-                return Err(invalid(format!(
-                    "bad endpoint {host:?} (expected host:port)"
-                )));
-            }
-            b.endpoints.push(format!("http://{host}"));
+        if let Some(user) = u.user.take() {
+            b.user = Some((user, u.password.take().unwrap_or_default()));
         }
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("prefix", p)) => b.prefix = percent_decode(p)?,
-                Some(("timeout", t)) => {
-                    b.timeout = parse_duration(t)
-                        .ok_or_else(|| invalid(format!("bad timeout {t:?} (e.g. 2s, 500ms)")))?;
-                }
-                _ => {
-                    return Err(invalid(format!(
-                        "unknown option {pair:?} (known: prefix, timeout)"
-                    )));
-                }
-            }
+        b.endpoints = u.hosts.iter().map(|h| format!("http://{h}")).collect();
+        if let Some(prefix) = u.take("prefix") {
+            b.prefix = prefix;
         }
+        if let Some(timeout) = u.take_duration("timeout").map_err(invalid)? {
+            b.timeout = timeout;
+        }
+        u.finish(&["prefix", "timeout"]).map_err(invalid)?;
         Ok(b)
     }
 
@@ -274,39 +255,6 @@ impl EtcdStorageBuilder {
             .map_err(err("open"))?;
         Ok(storage)
     }
-}
-
-fn percent_decode(s: &str) -> Result<String, StorageError> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let hex = [bytes.next(), bytes.next()];
-            let [Some(h), Some(l)] = hex else {
-                return Err(invalid("bad percent-encoding in the URL"));
-            };
-            let digit = |c: u8| char::from(c).to_digit(16);
-            match (digit(h), digit(l)) {
-                (Some(h), Some(l)) => out.push(u8::try_from(h * 16 + l).unwrap_or(0)),
-                _ => return Err(invalid("bad percent-encoding in the URL")),
-            }
-        } else {
-            out.push(b);
-        }
-    }
-    String::from_utf8(out).map_err(|_| invalid("the URL decodes to invalid UTF-8"))
-}
-
-fn parse_duration(s: &str) -> Option<Duration> {
-    let split = s.find(|c: char| !c.is_ascii_digit())?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n.parse().ok()?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        _ => return None,
-    };
-    (!d.is_zero()).then_some(d)
 }
 
 impl EtcdStorage {
@@ -600,6 +548,7 @@ mod tests {
             "etcd://h:1,,h:2",
             "etcd://h:1?timeout=0s",
             "etcd://h:1?timeout=5",
+            "etcd://h:1/path",
             "etcd://h:1?x=1",
             "etcd://u:%zz@h:1",
         ] {

@@ -60,6 +60,10 @@ const SCHEMES: &[(&str, Opener)] = &[
     ("rediss", open_redis),
     #[cfg(feature = "etcd")]
     ("etcd", open_etcd),
+    #[cfg(feature = "nats")]
+    ("nats", open_nats),
+    #[cfg(feature = "object-store")]
+    ("s3", open_s3),
     #[cfg(feature = "http")]
     ("http", open_http),
 ];
@@ -342,16 +346,42 @@ fn open_redis(url: String) -> Opened {
     })
 }
 
+/// A backend's own URL check as [`ConnectError::InvalidUrl`].
+#[cfg(any(feature = "etcd", feature = "nats", feature = "object-store"))]
+fn backend_url<B>(url: &str, parsed: Result<B, StorageError>) -> Result<B, ConnectError> {
+    parsed.map_err(|e| ConnectError::InvalidUrl {
+        url: redact_url(url),
+        reason: match e {
+            StorageError::Config { reason, .. } => reason,
+            other => other.to_string(),
+        },
+    })
+}
+
 #[cfg(feature = "etcd")]
 fn open_etcd(url: String) -> Opened {
     Box::pin(async move {
-        let builder = storage_lock_etcd::EtcdStorageBuilder::from_url(&url).map_err(|e| {
-            ConnectError::InvalidUrl {
-                url: redact_url(&url),
-                reason: e.to_string(),
-            }
-        })?;
+        let builder = backend_url(&url, storage_lock_etcd::EtcdStorageBuilder::from_url(&url))?;
         Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+#[cfg(feature = "nats")]
+fn open_nats(url: String) -> Opened {
+    Box::pin(async move {
+        let builder = backend_url(&url, storage_lock_nats::NatsStorageBuilder::from_url(&url))?;
+        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+#[cfg(feature = "object-store")]
+fn open_s3(url: String) -> Opened {
+    Box::pin(async move {
+        let storage = backend_url(
+            &url,
+            storage_lock_object_store::ObjectStoreStorage::from_url(&url),
+        )?;
+        Ok(Arc::new(storage) as Arc<dyn Storage>)
     })
 }
 

@@ -15,6 +15,8 @@
 //! | `mysql://…[?table=NAME]` (also `mariadb://`) | `MysqlStorage` | `mysql` |
 //! | `redis://…[?prefix=PREFIX]` | `RedisStorage` | `redis` |
 //! | `etcd://host:2379[,host:2379…][?prefix=PREFIX&timeout=2s]` | `EtcdStorage` | `etcd` |
+//! | `nats://host:4222[,…][?bucket=B&prefix=P&replicas=3&timeout=2s]` | `NatsStorage` | `nats` |
+//! | `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=2s]` | `ObjectStoreStorage` | `object-store` |
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,6 +51,10 @@ pub use storage_lock_core::{
 pub use storage_lock_core::{clock, contract, engine, fenced, memory, storage};
 #[cfg(feature = "etcd")]
 pub use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
+#[cfg(feature = "nats")]
+pub use storage_lock_nats::{NatsStorage, NatsStorageBuilder};
+#[cfg(feature = "object-store")]
+pub use storage_lock_object_store::ObjectStoreStorage;
 #[cfg(feature = "redis")]
 pub use storage_lock_redis::{RedisStorage, RedisStorageBuilder};
 #[cfg(feature = "mysql")]

@@ -26,11 +26,30 @@ fn through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
     (target, format!("{scheme}://{userinfo}{proxy}{tail}"))
 }
 
+/// `s3://bucket?endpoint=http://host:port&…` → (the endpoint's address, URL through `proxy`).
+#[cfg(feature = "object-store")]
+fn endpoint_through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
+    let start = url.find("endpoint=http://").expect("an http endpoint") + "endpoint=http://".len();
+    let end = url[start..]
+        .find(['&', '/'])
+        .map_or(url.len(), |i| start + i);
+    let target = url[start..end].parse().expect("host:port");
+    (target, format!("{}{proxy}{}", &url[..start], &url[end..]))
+}
+
 async fn fail_closed_and_recover(url_var: &str, params: &str) {
+    fail_closed_and_recover_via(url_var, params, through_proxy).await;
+}
+
+async fn fail_closed_and_recover_via(
+    url_var: &str,
+    params: &str,
+    via: fn(&str, SocketAddr) -> (SocketAddr, String),
+) {
     let url = std::env::var(url_var).unwrap_or_else(|_| panic!("{url_var} must be set"));
-    let (target, _) = through_proxy(&url, "127.0.0.1:1".parse().unwrap());
+    let (target, _) = via(&url, "127.0.0.1:1".parse().unwrap());
     let proxy = Proxy::start(target).await.unwrap();
-    let (_, proxied) = through_proxy(&url, proxy.addr());
+    let (_, proxied) = via(&url, proxy.addr());
     let proxied = format!("{proxied}{params}");
     let locks = connect(&proxied).await.expect("connect through the proxy");
     let name = format!("conn-loss-{:x}", rand_u64());
@@ -107,4 +126,20 @@ async fn etcd_connection_loss_is_fail_closed() {
         "?prefix=storage-lock-suite/&timeout=1s",
     )
     .await;
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_connection_loss_is_fail_closed() {
+    fail_closed_and_recover(
+        "STORAGE_LOCK_NATS_URL",
+        "?bucket=storage-lock-suite&timeout=1s",
+    )
+    .await;
+}
+
+#[cfg(feature = "object-store")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_connection_loss_is_fail_closed() {
+    fail_closed_and_recover_via("STORAGE_LOCK_S3_URL", "&timeout=1s", endpoint_through_proxy).await;
 }

@@ -72,3 +72,19 @@ fn etcd_processes_exclude_each_other() {
         env_url("STORAGE_LOCK_ETCD_URL")
     ));
 }
+
+#[cfg(feature = "nats")]
+#[test]
+fn nats_processes_exclude_each_other() {
+    contend(&format!(
+        "{}?bucket=storage-lock-mp",
+        env_url("STORAGE_LOCK_NATS_URL")
+    ));
+}
+
+#[cfg(feature = "object-store")]
+#[test]
+fn s3_processes_exclude_each_other() {
+    let url = env_url("STORAGE_LOCK_S3_URL");
+    contend(&url.replacen("s3://storage-lock-test", "s3://storage-lock-test/mp", 1));
+}

@@ -19,6 +19,7 @@ pub mod encoding;
 mod error;
 pub mod ops;
 mod record;
+pub mod url;
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,0 +1,196 @@
+//! The parts of a backend URL of the form
+//! `scheme://[user[:password]@]host[:port][,host[:port]…][/path][?name=value&…]`, for
+//! backends whose drivers take no URL of their own (etcd, NATS, object storage): several hosts,
+//! percent-decoded credentials and options, and a check that every option was understood.
+
+use std::time::Duration;
+
+/// A parsed backend URL. `Debug` hides the password.
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::storage::url::UrlParts;
+/// let mut u = UrlParts::parse("nats://me:p%40ss@h1:4222,h2:4222?bucket=locks&timeout=2s")?;
+/// assert_eq!(u.hosts, ["h1:4222", "h2:4222"]);
+/// assert_eq!(u.password.as_deref(), Some("p@ss"));
+/// assert_eq!(u.take("bucket").as_deref(), Some("locks"));
+/// assert_eq!(u.take_duration("timeout")?, Some(std::time::Duration::from_secs(2)));
+/// u.finish(&["bucket", "timeout"])?;
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UrlParts {
+    /// The scheme, lower-cased.
+    pub scheme: String,
+    /// The user name, if any.
+    pub user: Option<String>,
+    /// The password, if any.
+    pub password: Option<String>,
+    /// `host[:port]` entries, in order (none for `scheme:///path`).
+    pub hosts: Vec<String>,
+    /// The path after the hosts, without its leading `/` (percent-decoded).
+    pub path: String,
+    /// Options not taken yet, in order.
+    pub params: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for UrlParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlParts")
+            .field("scheme", &self.scheme)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("hosts", &self.hosts)
+            .field("path", &self.path)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+impl UrlParts {
+    /// Splits `url` into its parts.
+    ///
+    /// # Errors
+    /// A message (never containing the password) for a missing `://`, an empty host in a
+    /// list, or bad percent-encoding.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| "expected scheme://…".to_owned())?;
+        let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
+        let mut parts = Self {
+            scheme: scheme.to_ascii_lowercase(),
+            path: percent_decode(path)?,
+            ..Self::default()
+        };
+        let hosts = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => {
+                let (user, password) = match userinfo.split_once(':') {
+                    Some((u, p)) => (u, Some(p)),
+                    None => (userinfo, None),
+                };
+                parts.user = Some(percent_decode(user)?);
+                parts.password = password.map(percent_decode).transpose()?;
+                hosts
+            }
+            None => authority,
+        };
+        if !hosts.is_empty() {
+            for host in hosts.split(',') {
+                if host.is_empty() || host.contains(char::is_whitespace) {
+                    return Err(format!("bad host {host:?} in the host list"));
+                }
+                parts.hosts.push(host.to_owned());
+            }
+        }
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            parts.params.push((percent_decode(k)?, percent_decode(v)?));
+        }
+        Ok(parts)
+    }
+
+    /// Removes option `name` and returns its (last) value.
+    pub fn take(&mut self, name: &str) -> Option<String> {
+        let mut found = None;
+        self.params.retain(|(k, v)| {
+            if k == name {
+                found = Some(v.clone());
+                false
+            } else {
+                true
+            }
+        });
+        found
+    }
+
+    /// [`Self::take`] as a duration (`500ms`, `2s`, `1m`; not zero).
+    ///
+    /// # Errors
+    /// A message naming the option for anything else.
+    pub fn take_duration(&mut self, name: &str) -> Result<Option<Duration>, String> {
+        self.take(name)
+            .map(|v| {
+                parse_duration(&v)
+                    .ok_or_else(|| format!("bad {name} {v:?} (a number with ms, s or m: 2s)"))
+            })
+            .transpose()
+    }
+
+    /// `Ok` if every option was taken; else a message naming the first unknown one and the
+    /// `known` ones.
+    ///
+    /// # Errors
+    /// As described.
+    pub fn finish(self, known: &[&str]) -> Result<(), String> {
+        match self.params.first() {
+            None => Ok(()),
+            Some((k, _)) => Err(format!(
+                "unknown option {k:?} (known: {})",
+                known.join(", ")
+            )),
+        }
+    }
+}
+
+/// `2s`, `500ms`, `1m` as a non-zero duration.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60)?),
+        _ => return None,
+    };
+    (!d.is_zero()).then_some(d)
+}
+
+fn percent_decode(s: &str) -> Result<String, String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let digit = |c: Option<u8>| c.and_then(|c| char::from(c).to_digit(16));
+            match (digit(bytes.next()), digit(bytes.next())) {
+                (Some(h), Some(l)) => out.push(u8::try_from(h * 16 + l).unwrap_or(0)),
+                _ => return Err("bad percent-encoding in the URL".to_owned()),
+            }
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).map_err(|_| "the URL decodes to invalid UTF-8".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_of_awkward_urls() {
+        let u = UrlParts::parse("s3://bucket/some/dir?endpoint=http%3A%2F%2Fh%3A1").unwrap();
+        assert_eq!(u.hosts, ["bucket"]);
+        assert_eq!(u.path, "some/dir");
+        assert_eq!(u.params, [("endpoint".into(), "http://h:1".into())]);
+        let u = UrlParts::parse("etcd://u@h").unwrap();
+        assert_eq!((u.user.as_deref(), u.password), (Some("u"), None));
+        assert!(UrlParts::parse("etcd://h1,,h2").is_err());
+        assert!(UrlParts::parse("etcd:h").is_err());
+        assert!(UrlParts::parse("etcd://u:%zz@h").is_err());
+        let e = UrlParts::parse("x://u:secret@h?z=1").unwrap();
+        assert!(!format!("{e:?}").contains("secret"));
+        assert!(e.finish(&["a"]).unwrap_err().contains("\"z\""));
+        for (s, d) in [
+            ("1m", Some(60_000)),
+            ("0s", None),
+            ("5", None),
+            ("2h", None),
+        ] {
+            assert_eq!(parse_duration(s).map(|d| d.as_millis()), d, "{s}");
+        }
+    }
+}

@@ -1,0 +1,511 @@
+//! [`NatsStorage`]: storage-lock on a NATS JetStream key-value bucket.
+//!
+//! * **Compare-and-set** is JetStream's expected-last-sequence check: `create` writes only if
+//!   the key has no value (or only a delete marker), `update` and `delete` only if the key's
+//!   last revision is the expected one. A revision is the stream sequence of the write, which
+//!   the stream never reuses, so every write yields a version never seen before for its key.
+//! * **Lock operations** are the engine's defaults on these primitives: a read and one
+//!   revision-checked write (two round trips). The server compares revisions, not the times
+//!   inside a record, so a lock operation cannot be decided on the server in one round trip.
+//! * **Waiting** is push-driven: each storage keeps one KV `watch` over the bucket (multiplexed
+//!   over every waiting key, re-established after a failure); no polling.
+//! * **Release** writes a tombstone (the fencing token stays in the record); `sweep` writes a
+//!   revision-checked delete marker after raising the fencing floor.
+//! * **Keys** are lock names in the bucket's key alphabet (see
+//!   [`storage_lock_core::storage::encoding::escape_key`]), so any lock name works.
+//!
+//! # Time: an injected clock
+//! JetStream has no clock API, so expiry is judged by a [`Clock`] injected at open — by default
+//! each client's [`SystemClock`] ([`TimeSource::Injected`]). If two clients' clocks differ by
+//! at most `δ`, a hold can be taken over up to `δ` before its holder's own clock ends it; keep
+//! clocks in sync (NTP) and leases much longer than `δ`, and check fencing tokens, which never
+//! repeat (they live in the record, which release never deletes).
+//!
+//! # What holds where
+//! Writes and reads here go to the stream leader (direct gets are not used), so a bucket is
+//! linearizable in every configuration below; what differs is what survives a crash:
+//! * **R3 (or R5), file storage**: a write is acknowledged once a quorum has it — survives the
+//!   loss of any one server (two for R5). **Safe**: [`Durability::Durable`].
+//! * **R1, file storage**: survives a restart of the server process, but the server writes to
+//!   disk on its `sync_interval` (default 2 minutes): a machine crash can lose acknowledged
+//!   writes unless the server runs with `jetstream { sync_interval: always }`. The storage
+//!   opens as [`Durability::Unverified`] (the setting is not visible to clients) with a warning.
+//! * **Memory storage**: a restart forgets every hold and fencing token; refused unless the
+//!   caller accepts it with `?durability=volatile` ([`NatsStorageBuilder::allow_volatile`]).
+//! * **Not safe**: a mirror or a source of the bucket (asynchronous copies), and NATS servers
+//!   older than 2.10 (async-nats's KV needs 2.10+).
+//!
+//! # URL
+//! `nats://[user:password@]host:4222[,host:4222…][?bucket=B&prefix=P&replicas=N&timeout=2s&durability=volatile]`
+//! (see [`NatsStorageBuilder::from_url`]). TLS is not compiled in.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, Store, UpdateErrorKind};
+use async_nats::jetstream::stream::StorageType;
+use async_trait::async_trait;
+use futures_util::{StreamExt, TryStreamExt};
+use storage_lock_core::storage::encoding::{
+    decode_record, encode_record, escape_key, unescape_key,
+};
+use storage_lock_core::storage::url::UrlParts;
+use storage_lock_core::{
+    Capabilities, ChangeWait, Clock, Durability, LockRecord, NotificationSource, Notifications,
+    Page, PageRequest, SourceEvent, Storage, StorageError, Stored, SystemClock, TimeSource,
+    Timestamp, Version,
+};
+
+const NAME: &str = "nats";
+
+/// The bucket used unless configured otherwise.
+pub const DEFAULT_BUCKET: &str = "storage-lock";
+
+/// Locks in a NATS JetStream KV bucket; see the [crate docs](crate).
+#[derive(Clone)]
+pub struct NatsStorage {
+    store: Store,
+    prefix: Arc<str>,
+    clock: Arc<dyn Clock>,
+    durability: Durability,
+    hub: Arc<Notifications<WatchSource>>,
+}
+
+impl fmt::Debug for NatsStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NatsStorage")
+            .field("prefix", &self.prefix)
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures and opens a [`NatsStorage`] (`Debug` hides the password).
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `open`"]
+pub struct NatsStorageBuilder {
+    servers: Vec<String>,
+    user: Option<(String, String)>,
+    bucket: String,
+    prefix: String,
+    replicas: usize,
+    timeout: Duration,
+    allow_volatile: bool,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for NatsStorageBuilder {
+    fn default() -> Self {
+        Self {
+            servers: Vec::new(),
+            user: None,
+            bucket: DEFAULT_BUCKET.to_owned(),
+            prefix: String::new(),
+            replicas: 1,
+            timeout: Duration::from_secs(2),
+            allow_volatile: false,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl fmt::Debug for NatsStorageBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NatsStorageBuilder")
+            .field("servers", &self.servers)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("replicas", &self.replicas)
+            .field("timeout", &self.timeout)
+            .field("allow_volatile", &self.allow_volatile)
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> StorageError {
+    StorageError::config(NAME, reason)
+}
+
+impl NatsStorageBuilder {
+    /// A builder with defaults: bucket `storage-lock`, no prefix, one replica (for a bucket it
+    /// creates), 2 s per request, the system clock.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder from the URL in `STORAGE_LOCK_NATS_URL`, if set.
+    ///
+    /// # Errors
+    /// As [`Self::from_url`].
+    pub fn from_env() -> Result<Self, StorageError> {
+        match std::env::var("STORAGE_LOCK_NATS_URL") {
+            Ok(url) => Self::from_url(&url),
+            Err(_) => Ok(Self::new()),
+        }
+    }
+
+    /// A builder from
+    /// `nats://[user:password@]host:port[,host:port…][?bucket=B&prefix=P&replicas=N&timeout=T&durability=volatile]`.
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for another scheme, no server, an unknown option or a bad value
+    /// (the password is never shown).
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_nats::NatsStorageBuilder;
+    /// let b = NatsStorageBuilder::from_url("nats://127.0.0.1:4222?bucket=locks&replicas=3")?;
+    /// assert!(format!("{b:?}").contains("locks"));
+    /// assert!(NatsStorageBuilder::from_url("nats://h:1?replicas=0").is_err());
+    /// # Ok::<(), storage_lock_core::StorageError>(())
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        let mut u = UrlParts::parse(url).map_err(invalid)?;
+        if u.scheme != "nats" || u.hosts.is_empty() || !u.path.is_empty() {
+            return Err(invalid("expected nats://host:port[,host:port…]"));
+        }
+        let mut b = Self::new();
+        if let Some(user) = u.user.take() {
+            b.user = Some((user, u.password.take().unwrap_or_default()));
+        }
+        b.servers = u.hosts.iter().map(|h| format!("nats://{h}")).collect();
+        if let Some(bucket) = u.take("bucket") {
+            b.bucket = bucket;
+        }
+        if let Some(prefix) = u.take("prefix") {
+            b.prefix = prefix;
+        }
+        if let Some(n) = u.take("replicas") {
+            b.replicas = n
+                .parse()
+                .ok()
+                .filter(|n| (1..=5).contains(n))
+                .ok_or_else(|| invalid(format!("bad replicas {n:?} (1 to 5)")))?;
+        }
+        if let Some(timeout) = u.take_duration("timeout").map_err(invalid)? {
+            b.timeout = timeout;
+        }
+        if let Some(v) = u.take("durability") {
+            if v != "volatile" {
+                return Err(invalid(format!("bad durability {v:?} (only: volatile)")));
+            }
+            b.allow_volatile = true;
+        }
+        u.finish(&["bucket", "prefix", "replicas", "timeout", "durability"])
+            .map_err(invalid)?;
+        Ok(b)
+    }
+
+    /// The servers (`nats://host:port`) of one cluster.
+    pub fn servers<I: IntoIterator<Item = S>, S: Into<String>>(mut self, servers: I) -> Self {
+        self.servers = servers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// User and password.
+    pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((name.into(), password.into()));
+        self
+    }
+
+    /// The bucket (created with file storage, history 1 and [`Self::replicas`] if missing).
+    pub fn bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.bucket = bucket.into();
+        self
+    }
+
+    /// A prefix of every lock name this storage writes, so several users can share a bucket.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Replicas of a bucket this storage creates (3 keeps the guarantee through the loss of
+    /// one server; see the [crate docs](crate)). An existing bucket keeps its own.
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// How long one request may take before it fails (and a renewal counts as unconfirmed).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Accepts a bucket in memory storage: **a server restart forgets every hold and fencing
+    /// token**. Default `false`: [`Self::open`] refuses it.
+    pub fn allow_volatile(mut self, yes: bool) -> Self {
+        self.allow_volatile = yes;
+        self
+    }
+
+    /// The clock expiry is judged by (default [`SystemClock`]); every client of the bucket
+    /// must agree with it within the drift bound in the [crate docs](crate).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Connects, opens (or creates) the bucket and judges its durability.
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] without servers or for a memory bucket (unless allowed);
+    /// [`StorageError::Backend`] if the servers cannot be reached or JetStream refuses.
+    ///
+    /// # Examples
+    /// (Runs in the test command, which sets `STORAGE_LOCK_NATS_URL`.)
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
+    /// # if std::env::var("STORAGE_LOCK_NATS_URL").is_err() { return Ok(()) }
+    /// use storage_lock_core::Storage;
+    /// let storage = storage_lock_nats::NatsStorageBuilder::from_env()?
+    ///     .prefix("doc-locks/")
+    ///     .open()
+    ///     .await?;
+    /// assert!(storage.capabilities().linearizable_cas);
+    /// # Ok(()) }
+    /// ```
+    pub async fn open(self) -> Result<NatsStorage, StorageError> {
+        if self.servers.is_empty() {
+            return Err(invalid("no server configured"));
+        }
+        let mut options = async_nats::ConnectOptions::new()
+            .connection_timeout(self.timeout)
+            .request_timeout(Some(self.timeout))
+            // Reconnect quickly and forever: a held handle's renewals need the connection back
+            // well within a lease.
+            .reconnect_delay_callback(|attempts| {
+                Duration::from_millis(100 * u64::try_from(attempts.min(10)).unwrap_or(10))
+            });
+        if let Some((user, password)) = self.user {
+            options = options.user_and_password(user, password);
+        }
+        let addrs = self
+            .servers
+            .iter()
+            .map(|s| s.parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(format!("bad server address: {e}")))?;
+        let client = async_nats::connect_with_options(addrs, options)
+            .await
+            .map_err(err("open"))?;
+        let mut js = async_nats::jetstream::new(client);
+        js.set_timeout(self.timeout);
+        let store = match js.get_key_value(&self.bucket).await {
+            Ok(store) => store,
+            Err(_) => js
+                .create_key_value(kv::Config {
+                    bucket: self.bucket.clone(),
+                    description: "storage-lock records".to_owned(),
+                    history: 1,
+                    storage: StorageType::File,
+                    num_replicas: self.replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(err("open"))?,
+        };
+        let status = store.status().await.map_err(err("open"))?;
+        let config = &status.info.config;
+        let problem = (config.storage == StorageType::Memory)
+            .then(|| format!("bucket {:?} keeps its data in memory", status.bucket));
+        let mut durability = Durability::judge(NAME, problem, self.allow_volatile)?;
+        if durability == Durability::Durable && config.num_replicas < 3 {
+            tracing::warn!(
+                bucket = %status.bucket,
+                replicas = config.num_replicas,
+                "nats: a bucket with fewer than 3 replicas loses acknowledged writes in a machine \
+                 crash unless the server runs with jetstream sync_interval: always; use 3 \
+                 replicas or set that"
+            );
+            durability = Durability::Unverified;
+        }
+        let prefix: Arc<str> = escape_key(&self.prefix).into();
+        Ok(NatsStorage {
+            hub: Arc::new(Notifications::new(WatchSource {
+                store: store.clone(),
+                prefix: prefix.clone(),
+            })),
+            store,
+            prefix,
+            clock: self.clock,
+            durability,
+        })
+    }
+}
+
+impl NatsStorage {
+    /// A builder.
+    pub fn builder() -> NatsStorageBuilder {
+        NatsStorageBuilder::new()
+    }
+
+    fn full(&self, key: &str) -> String {
+        format!("{}{}", self.prefix, escape_key(key))
+    }
+
+    /// The lock name of a bucket key this storage wrote.
+    fn name_of(&self, bucket_key: &str) -> Option<String> {
+        unescape_key(bucket_key.strip_prefix(&*self.prefix)?)
+    }
+}
+
+fn err<E: std::error::Error + Send + Sync + 'static>(
+    operation: &'static str,
+) -> impl Fn(E) -> StorageError {
+    move |e| StorageError::backend(NAME, operation, e)
+}
+
+fn revision(key: &str, v: &Version) -> Result<u64, StorageError> {
+    v.as_u64().ok_or_else(|| StorageError::Conflict {
+        key: key.to_owned(),
+    })
+}
+
+#[async_trait]
+impl Storage for NatsStorage {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::linearizable()
+            .with_conditional_delete(true)
+            .with_change_notifications(true)
+            .with_time_source(TimeSource::Injected)
+            .with_durability(self.durability)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        Ok(self.clock.now())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        let entry = self.store.entry(self.full(key)).await.map_err(err("get"))?;
+        match entry {
+            Some(e) if e.operation == Operation::Put => Ok(Some(Stored {
+                record: decode_record(key, &e.value)?,
+                version: Version::from_u64(e.revision),
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let value = bytes::Bytes::from(encode_record(record, 0));
+        match self.store.create(self.full(key), value).await {
+            Ok(rev) => Ok(Version::from_u64(rev)),
+            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+                Err(StorageError::AlreadyExists {
+                    key: key.to_owned(),
+                })
+            }
+            Err(e) => Err(StorageError::backend(NAME, "create", e)),
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let value = bytes::Bytes::from(encode_record(record, 0));
+        let rev = revision(key, expected)?;
+        match self.store.update(self.full(key), value, rev).await {
+            Ok(rev) => Ok(Version::from_u64(rev)),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+                Err(StorageError::Conflict {
+                    key: key.to_owned(),
+                })
+            }
+            Err(e) => Err(StorageError::backend(NAME, "update", e)),
+        }
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let rev = revision(key, expected)?;
+        match self
+            .store
+            .delete_expect_revision(self.full(key), Some(rev))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
+                Err(StorageError::Conflict {
+                    key: key.to_owned(),
+                })
+            }
+            Err(e) => Err(StorageError::backend(NAME, "delete", e)),
+        }
+    }
+
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let wanted = self.full(prefix);
+        let mut names: Vec<String> = self
+            .store
+            .keys()
+            .await
+            .map_err(err("list"))?
+            .try_filter_map(|k| {
+                let name = k
+                    .starts_with(&wanted)
+                    .then(|| self.name_of(&k))
+                    .flatten()
+                    .filter(|n| page.after.as_deref().is_none_or(|a| n.as_str() > a));
+                async move { Ok(name) }
+            })
+            .try_collect()
+            .await
+            .map_err(err("list"))?;
+        names.sort();
+        let limit = page.effective_limit();
+        names.truncate(limit + 1);
+        let mut entries = Vec::with_capacity(names.len());
+        let mut reads = futures_util::stream::iter(names)
+            .map(|name| async move {
+                let stored = self.get(&name).await?;
+                Ok::<_, StorageError>(stored.map(|s| (name, s)))
+            })
+            .buffered(16);
+        while let Some(entry) = reads.next().await {
+            // A key deleted between listing and reading is skipped.
+            entries.extend(entry?);
+        }
+        Ok(Page::from_sorted(entries, limit))
+    }
+
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        Ok(self.hub.arm(key).await)
+    }
+}
+
+/// One KV watch over the bucket, behind the storage's notification hub.
+struct WatchSource {
+    store: Store,
+    prefix: Arc<str>,
+}
+
+#[async_trait]
+impl NotificationSource for WatchSource {
+    type Connection = kv::Watch;
+
+    async fn connect(&self) -> Result<kv::Watch, StorageError> {
+        // The watch's consumer exists when this returns: later writes are delivered.
+        self.store.watch_all().await.map_err(err("watch"))
+    }
+
+    async fn next(&self, conn: &mut kv::Watch) -> SourceEvent {
+        match conn.next().await {
+            Some(Ok(entry)) => entry
+                .key
+                .strip_prefix(&*self.prefix)
+                .and_then(unescape_key)
+                .map_or(SourceEvent::MayHaveMissed, SourceEvent::Changed),
+            Some(Err(_)) | None => SourceEvent::Disconnected,
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Both suites against [`NatsStorage`] on the server named by `STORAGE_LOCK_NATS_URL`
+//! (`scripts/services.sh` starts one and sets it), and a restart of a nats-server of this
+//! test's own. Tests share one bucket; each uses lock names under a prefix of its own.
+
+use storage_lock_nats::{NatsStorage, NatsStorageBuilder};
+use storage_lock_testkit::restart::{ServerProcess, restart_keeps_fencing, spare_port, wait_until};
+
+async fn nats() -> NatsStorage {
+    let url = std::env::var("STORAGE_LOCK_NATS_URL")
+        .expect("STORAGE_LOCK_NATS_URL must name a NATS server (run scripts/test.sh)");
+    NatsStorageBuilder::from_url(&url)
+        .expect("a valid NATS URL")
+        .bucket("storage-lock-suite")
+        .open()
+        .await
+        .expect("connect to NATS")
+}
+
+storage_lock_testkit::storage_lock_suites!(nats);
+
+/// SIGKILL of a nats-server this test started (same store directory on restart, fsync before
+/// every acknowledgement): the records and their fencing tokens come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_keeps_fencing() {
+    let bin = std::env::var("STORAGE_LOCK_NATS_BIN").unwrap_or_else(|_| "nats-server".into());
+    let dir = tempfile::tempdir().unwrap();
+    let port = spare_port();
+    let conf = dir.path().join("nats.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: \"{}\", sync_interval: always }}\n",
+            dir.path().join("js").display()
+        ),
+    )
+    .unwrap();
+    let args = ["-c".to_owned(), conf.display().to_string()];
+    let mut server = ServerProcess::start(bin, &args, dir.path().join("nats.log"));
+    let url = format!("nats://127.0.0.1:{port}?timeout=1s");
+    let open = || async { NatsStorageBuilder::from_url(&url).unwrap().open().await };
+    let storage = wait_until("nats-server starts", open).await;
+    restart_keeps_fencing(storage, async {
+        server.restart();
+        wait_until("nats-server restarts", open).await;
+    })
+    .await;
+}
+
+/// A bucket in memory storage forgets holds on a restart: refused unless accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_bucket_is_refused_unless_volatile_is_accepted() {
+    let url = std::env::var("STORAGE_LOCK_NATS_URL").expect("STORAGE_LOCK_NATS_URL");
+    let client = async_nats::connect(url.trim_start_matches("nats://"))
+        .await
+        .expect("connect");
+    let js = async_nats::jetstream::new(client);
+    let bucket = format!("storage-lock-mem-{:x}", std::process::id());
+    js.create_key_value(async_nats::jetstream::kv::Config {
+        bucket: bucket.clone(),
+        storage: async_nats::jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .expect("create a memory bucket");
+    let refused = NatsStorageBuilder::from_url(&url)
+        .unwrap()
+        .bucket(&bucket)
+        .open()
+        .await;
+    let err = refused.expect_err("a memory bucket must be refused");
+    assert!(err.to_string().contains("memory"), "{err}");
+    let accepted = NatsStorageBuilder::from_url(&format!("{url}?durability=volatile"))
+        .unwrap()
+        .bucket(&bucket)
+        .open()
+        .await
+        .expect("accepted when volatile is allowed");
+    use storage_lock_core::Storage;
+    assert_eq!(
+        accepted.capabilities().durability,
+        storage_lock_core::Durability::Volatile
+    );
+    js.delete_key_value(&bucket).await.expect("clean up");
+}

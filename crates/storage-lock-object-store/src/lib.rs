@@ -1,0 +1,348 @@
+//! [`ObjectStoreStorage`]: storage-lock on object storage — Amazon S3 and S3-compatible stores,
+//! Google Cloud Storage and Azure Blob Storage — through one implementation over
+//! [`object_store`].
+//!
+//! * **Compare-and-set** is a conditional PUT: [`PutMode::Create`] (`If-None-Match: *`) to
+//!   create, [`PutMode::Update`] (`If-Match: <ETag>`) to update. The version is the ETag.
+//! * **A nonce in every write.** ETags are content hashes: two writes of equal bytes would get
+//!   the same ETag, and a compare-and-set against the first could then succeed after the second.
+//!   Every record this storage writes carries a fresh random nonce, so no two writes of a key
+//!   share an ETag.
+//! * **No conditional delete** exists in these APIs, so release writes a tombstone (as it does
+//!   everywhere), and `sweep` is not supported ([`Capabilities::conditional_delete`] is false):
+//!   a swept key could not keep its fencing token safely. Records of released locks stay; they
+//!   are a few hundred bytes each.
+//! * **Lock operations** are the engine's defaults: a GET and a conditional PUT (two requests).
+//! * **Waiting** backs off with jitter: object stores deliver no change notifications that a
+//!   client could wait on.
+//! * **Requests are never retried by the client**: a conditional PUT retried after a lost answer
+//!   would fail its own precondition and look like a lost race. A failed request is reported as
+//!   an error of unknown outcome, which the engine resolves by reading the record.
+//!
+//! # Time: an injected clock
+//! The object store APIs have no clock, so expiry is judged by a [`Clock`] injected at open —
+//! by default each client's [`SystemClock`] ([`TimeSource::Injected`]). If two clients' clocks
+//! differ by at most `δ`, a hold can be taken over up to `δ` before its holder's own clock ends
+//! it; keep clocks in sync (NTP) and leases much longer than `δ`, and check fencing tokens,
+//! which never repeat (they live in the record, which release never deletes).
+//!
+//! # What holds where
+//! * **Amazon S3** (conditional writes since 2024; strongly consistent reads), **Google Cloud
+//!   Storage** (generation preconditions), **Azure Blob Storage** (ETag preconditions):
+//!   linearizable per object and durable before they answer — **safe**.
+//! * **S3-compatible stores**: safe only if a conditional PUT is *atomic* — of two racing
+//!   writers with the same precondition exactly one may win. Some emulators check the
+//!   precondition and write in two steps (the storage conformance suite's racing-writers case
+//!   catches that); test yours with the suite before you trust it.
+//! * **Not safe**: a bucket replicated to another region and failed over to (replication is
+//!   asynchronous), or any store without conditional PUT (object_store refuses
+//!   [`PutMode::Create`]/[`PutMode::Update`] there, so the storage fails instead of locking).
+//!
+//! # URL (feature `aws`)
+//! `s3://BUCKET[/PREFIX][?endpoint=http://host:port&region=R&timeout=2s]`; credentials and other
+//! settings come from the environment as in [`object_store::aws::AmazonS3Builder::from_env`]
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, …), never from the URL. For GCS and Azure,
+//! build the store with `object_store` and pass it to [`ObjectStoreStorage::new`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
+use storage_lock_core::storage::encoding::{
+    decode_record, encode_record, escape_key, unescape_key,
+};
+use storage_lock_core::{
+    Capabilities, Clock, LockRecord, Page, PageRequest, Storage, StorageError, Stored, SystemClock,
+    TimeSource, Timestamp, Version,
+};
+
+const NAME: &str = "object-store";
+
+/// Locks in an object store; see the [crate docs](crate).
+#[derive(Clone)]
+pub struct ObjectStoreStorage {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for ObjectStoreStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectStoreStorage")
+            .field("store", &self.store.to_string())
+            .field("prefix", &self.prefix.as_ref())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectStoreStorage {
+    /// Locks under `prefix` in `store`, judged by the system clock.
+    ///
+    /// Build the store so that it does not retry requests (`RetryConfig { max_retries: 0, .. }`):
+    /// see the [crate docs](crate). The store must support conditional PUT ([`PutMode::Create`]
+    /// and [`PutMode::Update`]); object_store's in-memory and local-file stores do (within one
+    /// process), which makes them handy in tests.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use storage_lock_core::{DistributedLock, StorageLock};
+    /// use storage_lock_object_store::ObjectStoreStorage;
+    /// let store = Arc::new(object_store::memory::InMemory::new());
+    /// let locks = StorageLock::new(ObjectStoreStorage::new(store, "locks"))?;
+    /// let held = locks.try_acquire_for("nightly", std::time::Duration::ZERO).await?.expect("free");
+    /// held.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: impl Into<Path>) -> Self {
+        Self {
+            store,
+            prefix: prefix.into(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The same storage judged by `clock`; every client of the prefix must agree with it within
+    /// the drift bound in the [crate docs](crate).
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Opens `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=T]`, with credentials and
+    /// other settings from the environment. An `http://` endpoint is allowed as given (an
+    /// emulator or a store on a private network).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for another scheme, a missing bucket, an unknown option or what
+    /// the S3 client rejects; nothing is contacted yet.
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_object_store::ObjectStoreStorage;
+    /// let s = ObjectStoreStorage::from_url("s3://my-bucket/locks?region=eu-west-1")?;
+    /// assert!(format!("{s:?}").contains("locks"));
+    /// assert!(ObjectStoreStorage::from_url("s3://b?secret=x").is_err());
+    /// # Ok::<(), storage_lock_core::StorageError>(())
+    /// ```
+    #[cfg(feature = "aws")]
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        use object_store::aws::AmazonS3Builder;
+        use object_store::{ClientOptions, RetryConfig};
+        use storage_lock_core::storage::url::UrlParts;
+
+        let invalid = |reason: String| StorageError::config(NAME, reason);
+        let mut u = UrlParts::parse(url).map_err(invalid)?;
+        let bucket = match (u.scheme.as_str(), u.hosts.as_slice()) {
+            ("s3", [bucket]) if u.user.is_none() => bucket.clone(),
+            _ => return Err(invalid("expected s3://BUCKET[/PREFIX]".into())),
+        };
+        let timeout = u
+            .take_duration("timeout")
+            .map_err(invalid)?
+            .unwrap_or(Duration::from_secs(2));
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .with_client_options(
+                ClientOptions::new()
+                    .with_timeout(timeout)
+                    .with_connect_timeout(timeout),
+            );
+        if let Some(endpoint) = u.take("endpoint") {
+            builder = builder
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_endpoint(endpoint);
+        }
+        if let Some(region) = u.take("region") {
+            builder = builder.with_region(region);
+        }
+        let prefix = std::mem::take(&mut u.path);
+        u.finish(&["endpoint", "region", "timeout"])
+            .map_err(invalid)?;
+        let store = builder.build().map_err(|e| invalid(e.to_string()))?;
+        Ok(Self::new(Arc::new(store), Path::from(prefix)))
+    }
+
+    fn path(&self, key: &str) -> Path {
+        self.prefix.clone().join(escape_key(key))
+    }
+
+    /// One conditional PUT of `record` (with a fresh nonce).
+    async fn put(
+        &self,
+        key: &str,
+        record: &LockRecord,
+        mode: PutMode,
+    ) -> Result<Version, object_store::Error> {
+        let bytes = encode_record(record, rand::random());
+        let opts = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        let put = self
+            .store
+            .put_opts(&self.path(key), PutPayload::from(bytes), opts)
+            .await?;
+        Ok(version_of(put.e_tag, put.version))
+    }
+}
+
+/// The version: the ETag (and the object version, where the store keeps versions).
+fn version_of(e_tag: Option<String>, version: Option<String>) -> Version {
+    match version {
+        Some(v) => Version::from_text(format!("{}\n{v}", e_tag.unwrap_or_default())),
+        None => Version::from_text(e_tag.unwrap_or_default()),
+    }
+}
+
+fn update_version(v: &Version) -> Option<UpdateVersion> {
+    let text = v.as_text()?;
+    let (e_tag, version) = match text.split_once('\n') {
+        Some((e, v)) => (e, Some(v.to_owned())),
+        None => (text, None),
+    };
+    Some(UpdateVersion {
+        e_tag: (!e_tag.is_empty()).then(|| e_tag.to_owned()),
+        version,
+    })
+}
+
+fn err(operation: &'static str) -> impl Fn(object_store::Error) -> StorageError {
+    move |e| StorageError::backend(NAME, operation, e)
+}
+
+#[async_trait]
+impl Storage for ObjectStoreStorage {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::linearizable().with_time_source(TimeSource::Injected)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StorageError> {
+        Ok(self.clock.now())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+        let got = match self
+            .store
+            .get_opts(&self.path(key), GetOptions::default())
+            .await
+        {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(err("get")(e)),
+        };
+        let version = version_of(got.meta.e_tag.clone(), got.meta.version.clone());
+        let bytes = got.bytes().await.map_err(err("get"))?;
+        Ok(Some(Stored {
+            record: decode_record(key, &bytes)?,
+            version,
+        }))
+    }
+
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        match self.put(key, record, PutMode::Create).await {
+            Ok(v) => Ok(v),
+            // Some stores answer a failed If-None-Match with 412 rather than 409.
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Err(StorageError::AlreadyExists {
+                key: key.to_owned(),
+            }),
+            Err(e) => Err(err("create")(e)),
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let conflict = || StorageError::Conflict {
+            key: key.to_owned(),
+        };
+        let Some(expected) = update_version(expected) else {
+            return Err(conflict());
+        };
+        match self.put(key, record, PutMode::Update(expected)).await {
+            Ok(v) => Ok(v),
+            Err(
+                object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
+            ) => Err(conflict()),
+            Err(e) => Err(err("update")(e)),
+        }
+    }
+
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let wanted = escape_key(prefix);
+        let dir = self.prefix.clone();
+        let mut names: Vec<String> = self
+            .store
+            .list(Some(&dir))
+            .try_filter_map(|meta| {
+                let name = meta
+                    .location
+                    .prefix_match(&dir)
+                    .and_then(|mut parts| {
+                        let first = parts.next()?;
+                        parts.next().is_none().then(|| first.as_ref().to_owned())
+                    })
+                    .filter(|escaped| escaped.starts_with(&wanted))
+                    .and_then(|escaped| unescape_key(&escaped))
+                    .filter(|n| page.after.as_deref().is_none_or(|a| n.as_str() > a));
+                async move { Ok(name) }
+            })
+            .try_collect()
+            .await
+            .map_err(err("list"))?;
+        names.sort();
+        let limit = page.effective_limit();
+        names.truncate(limit + 1);
+        let mut entries = Vec::with_capacity(names.len());
+        let mut reads = futures_util::stream::iter(names)
+            .map(|name| async move {
+                let stored = self.get(&name).await?;
+                Ok::<_, StorageError>(stored.map(|s| (name, s)))
+            })
+            .buffered(16);
+        while let Some(entry) = reads.next().await {
+            entries.extend(entry?);
+        }
+        Ok(Page::from_sorted(entries, limit))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_round_trip_with_and_without_object_versions() {
+        for (e, v) in [
+            (Some("\"abc\""), None),
+            (Some("\"abc\""), Some("v1")),
+            (None, Some("v2")),
+        ] {
+            let version = version_of(e.map(str::to_owned), v.map(str::to_owned));
+            let u = update_version(&version).unwrap();
+            assert_eq!(u.e_tag.as_deref(), e);
+            assert_eq!(u.version.as_deref(), v);
+        }
+        assert!(update_version(&Version::from_u64(1)).is_none());
+    }
+}
