@@ -1,5 +1,6 @@
 #![allow(missing_docs)]
-//! PostgreSQL, MySQL/MariaDB and Redis: the engine against the raw backend lock in the same run.
+//! PostgreSQL, MySQL/MariaDB, Redis, etcd, NATS JetStream KV and S3: the engine against the raw
+//! backend operation in the same run.
 //!
 //! ```text
 //! . scripts/services.sh && cargo bench -p storage-lock --all-features --bench backends
@@ -10,7 +11,11 @@
 //! PostgreSQL `pg_try_advisory_lock` + `pg_advisory_unlock`, MySQL `GET_LOCK(k, 0)` +
 //! `RELEASE_LOCK(k)`, Redis `SET NX PX` + a compare-and-delete script, and the `rslock` crate
 //! as a peer on Redis; then the contended hand-off latency (release → next waiter holds) and
-//! the round-trip time of a trivial query for scale. Prints Markdown rows for BENCHMARKS.md.
+//! the round-trip time of a trivial query for scale. For the replicated stores the baselines are
+//! etcd's own `Lock`/`Unlock` and a bare put + delete `Txn`, NATS KV `create` + `delete` and two
+//! revision-checked updates, S3 `PUT If-None-Match: *` + `DELETE`; and the requests per lock
+//! operation are counted (client side, and for etcd on the server's `/metrics` too). Prints
+//! Markdown rows for BENCHMARKS.md.
 
 mod common;
 
@@ -329,4 +334,285 @@ fn main() {
     if wanted("redis") {
         rt.block_on(redis_bench(&var("STORAGE_LOCK_REDIS_URL")));
     }
+    if wanted("etcd") {
+        rt.block_on(etcd_bench(&var("STORAGE_LOCK_ETCD_URL")));
+    }
+    if wanted("nats") {
+        rt.block_on(nats_bench(&var("STORAGE_LOCK_NATS_URL")));
+    }
+    if wanted("s3") {
+        rt.block_on(s3_bench(&var("STORAGE_LOCK_S3_URL")));
+    }
+}
+
+/// Requests per acquire and per release (uncontended, 100 cycles), counted on the client.
+async fn requests_per_op(storage: Arc<dyn storage_lock::Storage>) -> (f64, f64) {
+    use storage_lock_core::fault::{FaultyStorage, Op};
+    let counted = Arc::new(FaultyStorage::new(storage));
+    let locks = StorageLock::builder_arc(counted.clone()).build().unwrap();
+    let total = |c: &FaultyStorage<Arc<dyn storage_lock::Storage>>| -> usize {
+        [Op::Now, Op::Get, Op::Create, Op::Update, Op::Delete, Op::List]
+            .into_iter()
+            .map(|op| c.calls(op))
+            .sum()
+    };
+    let opts = AcquireOptions::default();
+    let (mut acq, mut rel) = (0, 0);
+    for i in 0..100 {
+        let before = total(&counted);
+        let h = locks
+            .try_acquire(&format!("rtt-{}-{i}", std::process::id()), &opts)
+            .await
+            .unwrap()
+            .unwrap();
+        let mid = total(&counted);
+        h.release().await.unwrap();
+        acq += mid - before;
+        rel += total(&counted) - mid;
+    }
+    (acq as f64 / 100.0, rel as f64 / 100.0)
+}
+
+fn requests_row(backend: &str, (acquire, release): (f64, f64), server: &str) {
+    println!(
+        "| {backend} requests per operation (client count{server}) | acquire {acquire:.2} | release {release:.2} | |"
+    );
+}
+
+/// etcd's own count of handled gRPC calls by method, from its `/metrics`.
+fn etcd_handled(metrics_url: &str) -> std::collections::HashMap<String, f64> {
+    let out = std::process::Command::new("curl")
+        .args(["-fsS", metrics_url])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut by_method = std::collections::HashMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("grpc_server_handled_total{") else {
+            continue;
+        };
+        let method = rest
+            .split("grpc_method=\"")
+            .nth(1)
+            .and_then(|m| m.split('"').next())
+            .unwrap_or("")
+            .to_owned();
+        let n: f64 = line.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0.0);
+        *by_method.entry(method).or_insert(0.0) += n;
+    }
+    by_method
+}
+
+async fn etcd_bench(url: &str) {
+    use etcd_client::{Compare, CompareOp, LockOptions, Txn, TxnOp};
+    let url = format!("{url}?prefix=storage-lock-bench/");
+    let storage = storage_lock::connect_storage(&url).await.unwrap();
+    let locks = StorageLock::builder_arc(storage.clone()).build().unwrap();
+    let endpoint = url
+        .trim_start_matches("etcd://")
+        .split(['?', ','])
+        .next()
+        .unwrap()
+        .to_owned();
+    let client = etcd_client::Client::connect([format!("http://{endpoint}")], None)
+        .await
+        .unwrap();
+    let tag = std::process::id();
+    for clients in [1, 16] {
+        let engine = measure(clients, engine_op(locks.clone())).await;
+        let c = client.clone();
+        let txn = measure(clients, move |i| {
+            let mut kv = c.kv_client();
+            async move {
+                let k = format!("raw-bench/{tag}/{i}");
+                let r = kv
+                    .txn(
+                        Txn::new()
+                            .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+                            .and_then([TxnOp::put(k.clone(), "x", None)]),
+                    )
+                    .await
+                    .unwrap();
+                assert!(r.succeeded());
+                kv.delete(k, None).await.unwrap();
+            }
+        })
+        .await;
+        row("etcd", clients, &engine, "put+delete `Txn`", &txn);
+        let mut leases = Vec::new();
+        for _ in 0..clients {
+            leases.push(client.clone().lease_grant(60, None).await.unwrap().id());
+        }
+        let (c, leases) = (client.clone(), Arc::new(leases));
+        let own = measure(clients, move |i| {
+            let (mut c, lease) = (c.clone(), leases[i]);
+            async move {
+                let name = format!("raw-lock/{tag}/{i}");
+                let got = c
+                    .lock(name, Some(LockOptions::new().with_lease(lease)))
+                    .await
+                    .unwrap();
+                c.unlock(got.key().to_vec()).await.unwrap();
+            }
+        })
+        .await;
+        row("etcd", clients, &engine, "etcd `Lock`+`Unlock`", &own);
+    }
+    let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
+    let c = client.clone();
+    let rtt = rtt(move || {
+        let mut kv = c.kv_client();
+        async move {
+            kv.get("rtt", None).await.unwrap();
+        }
+    })
+    .await;
+    println!(
+        "| etcd hand-off (watch) | p50 {} ms | p99 {} ms | RTT (`Range`) p50 {} ms |",
+        ms(p50),
+        ms(p99),
+        ms(rtt)
+    );
+    let metrics = format!("http://{endpoint}/metrics");
+    let before = etcd_handled(&metrics);
+    let counted = requests_per_op(storage).await;
+    let after = etcd_handled(&metrics);
+    let delta = |m: &str| after.get(m).copied().unwrap_or(0.0) - before.get(m).copied().unwrap_or(0.0);
+    requests_row(
+        "etcd",
+        counted,
+        &format!(
+            "; server over 100 cycles: {:.0} `Range`, {:.0} `Txn`",
+            delta("Range"),
+            delta("Txn")
+        ),
+    );
+}
+
+async fn nats_bench(url: &str) {
+    use async_nats::jetstream::kv;
+    let storage = storage_lock::connect_storage(&format!("{url}?bucket=storage-lock-bench"))
+        .await
+        .unwrap();
+    let locks = StorageLock::builder_arc(storage.clone()).build().unwrap();
+    let client = async_nats::connect(url.trim_start_matches("nats://")).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let store = js
+        .create_key_value(kv::Config {
+            bucket: "storage-lock-bench-raw".into(),
+            history: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let tag = std::process::id();
+    for clients in [1, 16] {
+        let engine = measure(clients, engine_op(locks.clone())).await;
+        let s = store.clone();
+        let create_delete = measure(clients, move |i| {
+            let s = s.clone();
+            async move {
+                let k = format!("cd-{tag}-{i}");
+                s.create(&k, "x".into()).await.unwrap();
+                s.delete(&k).await.unwrap();
+            }
+        })
+        .await;
+        row("NATS KV", clients, &engine, "KV `create`+`delete`", &create_delete);
+        let mut revs = Vec::new();
+        for i in 0..clients {
+            revs.push(std::sync::Mutex::new(
+                store.put(format!("cas-{tag}-{i}"), "x".into()).await.unwrap(),
+            ));
+        }
+        let (s, revs) = (store.clone(), Arc::new(revs));
+        let cas = measure(clients, move |i| {
+            let (s, revs) = (s.clone(), revs.clone());
+            async move {
+                let k = format!("cas-{tag}-{i}");
+                let rev = *revs[i].lock().unwrap();
+                let taken = s.update(&k, "held".into(), rev).await.unwrap();
+                let freed = s.update(&k, "free".into(), taken).await.unwrap();
+                *revs[i].lock().unwrap() = freed;
+            }
+        })
+        .await;
+        row("NATS KV", clients, &engine, "two revision-checked `update`s", &cas);
+    }
+    let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
+    let s = store.clone();
+    let rtt = rtt(move || {
+        let s = s.clone();
+        async move {
+            s.entry("rtt").await.unwrap();
+        }
+    })
+    .await;
+    println!(
+        "| NATS KV hand-off (KV watch) | p50 {} ms | p99 {} ms | RTT (KV `get`) p50 {} ms |",
+        ms(p50),
+        ms(p99),
+        ms(rtt)
+    );
+    requests_row("NATS KV", requests_per_op(storage).await, "");
+    js.delete_key_value("storage-lock-bench-raw").await.unwrap();
+}
+
+async fn s3_bench(url: &str) {
+    use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, path::Path};
+    let url = url.replacen("s3://storage-lock-test", "s3://storage-lock-test/bench", 1);
+    let storage = storage_lock::connect_storage(&url).await.unwrap();
+    let locks = StorageLock::builder_arc(storage.clone()).build().unwrap();
+    let endpoint = url
+        .split("endpoint=")
+        .nth(1)
+        .and_then(|e| e.split('&').next())
+        .unwrap()
+        .to_owned();
+    let raw: Arc<dyn ObjectStore> = Arc::new(
+        object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name("storage-lock-test")
+            .with_endpoint(&endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .build()
+            .unwrap(),
+    );
+    let tag = std::process::id();
+    for clients in [1, 16] {
+        let engine = measure(clients, engine_op(locks.clone())).await;
+        let r = raw.clone();
+        let base = measure(clients, move |i| {
+            let r = r.clone();
+            async move {
+                let p = Path::from(format!("raw-bench/{tag}-{i}"));
+                let opts = PutOptions {
+                    mode: PutMode::Create,
+                    ..PutOptions::default()
+                };
+                r.put_opts(&p, PutPayload::from_static(b"x"), opts)
+                    .await
+                    .unwrap();
+                object_store::ObjectStoreExt::delete(&*r, &p).await.unwrap();
+            }
+        })
+        .await;
+        row("S3 (ministack)", clients, &engine, "`PUT If-None-Match` + `DELETE`", &base);
+    }
+    let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
+    let r = raw.clone();
+    let rtt = rtt(move || {
+        let r = r.clone();
+        async move {
+            let _ = object_store::ObjectStoreExt::head(&*r, &Path::from("rtt")).await;
+        }
+    })
+    .await;
+    println!(
+        "| S3 (ministack) hand-off (backoff) | p50 {} ms | p99 {} ms | RTT (`HEAD`) p50 {} ms |",
+        ms(p50),
+        ms(p99),
+        ms(rtt)
+    );
+    requests_row("S3 (ministack)", requests_per_op(storage).await, "");
 }
