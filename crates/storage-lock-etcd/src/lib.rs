@@ -301,9 +301,12 @@ fn revision_version(revision: i64) -> Version {
     Version::from_u64(u64::try_from(revision).unwrap_or(0))
 }
 
+/// The `mod_revision` a version stands for; 0 (which etcd compares equal for an absent key) and
+/// versions of other backends never match.
 fn expected_revision(key: &str, v: &Version) -> Result<i64, StorageError> {
     v.as_u64()
         .and_then(|n| i64::try_from(n).ok())
+        .filter(|&n| n > 0)
         .ok_or_else(|| StorageError::Conflict {
             key: key.to_owned(),
         })
@@ -411,8 +414,11 @@ impl Storage for EtcdStorage {
     }
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
-        let from = self.full(prefix);
+        let mut from = self.full(prefix);
         let end = prefix_end(&from);
+        if from.is_empty() {
+            from.push(0); // etcd refuses an empty key; "\0" is the first key there is
+        }
         let start = match &page.after {
             Some(after) => {
                 let mut a = self.full(after);

@@ -22,7 +22,8 @@
 //! repeat (they live in the record, which release never deletes).
 //!
 //! # What holds where
-//! Writes and reads here go to the stream leader (direct gets are not used), so a bucket is
+//! Writes and reads here go to the stream leader (reads use the stream's message-get API, never
+//! the direct get that any replica or mirror may answer from behind), so a bucket is
 //! linearizable in every configuration below; what differs is what survives a crash:
 //! * **R3 (or R5), file storage**: a write is acknowledged once a quorum has it — survives the
 //!   loss of any one server (two for R5). **Safe**: [`Durability::Durable`].
@@ -32,8 +33,10 @@
 //!   opens as [`Durability::Unverified`] (the setting is not visible to clients) with a warning.
 //! * **Memory storage**: a restart forgets every hold and fencing token; refused unless the
 //!   caller accepts it with `?durability=volatile` ([`NatsStorageBuilder::allow_volatile`]).
-//! * **Not safe**: a mirror or a source of the bucket (asynchronous copies), and NATS servers
-//!   older than 2.10 (async-nats's KV needs 2.10+).
+//! * **Refused** unless accepted like memory storage: a bucket with a `max_age` (it would expire
+//!   released records, and with them their fencing tokens) and a bucket that mirrors or sources
+//!   another (an asynchronous copy).
+//! * **Not safe**: NATS servers older than 2.10 (async-nats's KV needs 2.10+).
 //!
 //! # URL
 //! `nats://[user:password@]host:4222[,host:4222…][?bucket=B&prefix=P&replicas=N&timeout=2s&durability=volatile]`
@@ -43,8 +46,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::kv::{self, CreateErrorKind, Operation, Store, UpdateErrorKind};
-use async_nats::jetstream::stream::StorageType;
+use async_nats::jetstream::kv::{self, Store, UpdateErrorKind};
+use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::stream::{LastRawMessageErrorKind, StorageType};
 use async_trait::async_trait;
 use futures_util::{StreamExt, TryStreamExt};
 use storage_lock_core::storage::encoding::{
@@ -235,8 +239,9 @@ impl NatsStorageBuilder {
         self
     }
 
-    /// Accepts a bucket in memory storage: **a server restart forgets every hold and fencing
-    /// token**. Default `false`: [`Self::open`] refuses it.
+    /// Accepts a bucket in memory storage (**a server restart forgets every hold and fencing
+    /// token**), with a `max_age` (released records expire and their fencing tokens repeat),
+    /// or that mirrors or sources another bucket. Default `false`: [`Self::open`] refuses them.
     pub fn allow_volatile(mut self, yes: bool) -> Self {
         self.allow_volatile = yes;
         self
@@ -310,8 +315,26 @@ impl NatsStorageBuilder {
         };
         let status = store.status().await.map_err(err("open"))?;
         let config = &status.info.config;
-        let problem = (config.storage == StorageType::Memory)
-            .then(|| format!("bucket {:?} keeps its data in memory", status.bucket));
+        let problem = if config.storage == StorageType::Memory {
+            Some(format!(
+                "bucket {:?} keeps its data in memory",
+                status.bucket
+            ))
+        } else if !config.max_age.is_zero() {
+            Some(format!(
+                "bucket {:?} expires entries after {:?} (fencing tokens of released locks would \
+                 repeat)",
+                status.bucket, config.max_age
+            ))
+        } else if config.mirror.is_some() || config.sources.as_ref().is_some_and(|s| !s.is_empty())
+        {
+            Some(format!(
+                "bucket {:?} is an asynchronous copy (mirror or sources) of another",
+                status.bucket
+            ))
+        } else {
+            None
+        };
         let mut durability = Durability::judge(NAME, problem, self.allow_volatile)?;
         if durability == Durability::Durable && config.num_replicas < 3 {
             tracing::warn!(
@@ -351,6 +374,26 @@ impl NatsStorage {
     fn name_of(&self, bucket_key: &str) -> Option<String> {
         unescape_key(bucket_key.strip_prefix(&*self.prefix)?)
     }
+
+    /// The last message of `key`'s subject, read from the stream leader (linearizable).
+    async fn last(&self, key: &str) -> Result<Option<StreamMessage>, StorageError> {
+        let subject = format!("{}{}", self.store.prefix, self.full(key));
+        match self
+            .store
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+        {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => Ok(None),
+            Err(e) => Err(StorageError::backend(NAME, "get", e)),
+        }
+    }
+}
+
+/// Whether a KV message holds a value (not a delete or purge marker).
+fn is_value(m: &StreamMessage) -> bool {
+    m.headers.get("KV-Operation").is_none() && m.headers.get("Nats-Marker-Reason").is_none()
 }
 
 fn err<E: std::error::Error + Send + Sync + 'static>(
@@ -359,10 +402,14 @@ fn err<E: std::error::Error + Send + Sync + 'static>(
     move |e| StorageError::backend(NAME, operation, e)
 }
 
+/// The revision a version stands for; 0 (which JetStream reads as "no value yet") and
+/// versions of other backends never match.
 fn revision(key: &str, v: &Version) -> Result<u64, StorageError> {
-    v.as_u64().ok_or_else(|| StorageError::Conflict {
-        key: key.to_owned(),
-    })
+    v.as_u64()
+        .filter(|&r| r != 0)
+        .ok_or_else(|| StorageError::Conflict {
+            key: key.to_owned(),
+        })
 }
 
 #[async_trait]
@@ -384,26 +431,44 @@ impl Storage for NatsStorage {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
-        let entry = self.store.entry(self.full(key)).await.map_err(err("get"))?;
-        match entry {
-            Some(e) if e.operation == Operation::Put => Ok(Some(Stored {
-                record: decode_record(key, &e.value)?,
-                version: Version::from_u64(e.revision),
+        match self.last(key).await? {
+            Some(m) if is_value(&m) => Ok(Some(Stored {
+                record: decode_record(key, &m.payload)?,
+                version: Version::from_u64(m.sequence),
             })),
             _ => Ok(None),
         }
     }
 
+    /// A write expecting no message on the subject; if there is one and it is a delete or purge
+    /// marker, a write expecting that marker. Only a lost expectation is `AlreadyExists`: any
+    /// other failure (a timeout whose write may have landed) stays an error of unknown outcome.
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let value = bytes::Bytes::from(encode_record(record, 0));
-        match self.store.create(self.full(key), value).await {
-            Ok(rev) => Ok(Version::from_u64(rev)),
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
-                Err(StorageError::AlreadyExists {
-                    key: key.to_owned(),
-                })
+        let exists = || StorageError::AlreadyExists {
+            key: key.to_owned(),
+        };
+        let k = self.full(key);
+        match self.store.update(&k, value.clone(), 0).await {
+            Ok(rev) => return Ok(Version::from_u64(rev)),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {}
+            Err(e) => return Err(StorageError::backend(NAME, "create", e)),
+        }
+        match self.last(key).await? {
+            Some(marker) if !is_value(&marker) => {
+                match self.store.update(&k, value, marker.sequence).await {
+                    Ok(rev) => Ok(Version::from_u64(rev)),
+                    Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(exists()),
+                    Err(e) => Err(StorageError::backend(NAME, "create", e)),
+                }
             }
-            Err(e) => Err(StorageError::backend(NAME, "create", e)),
+            Some(_) => Err(exists()),
+            // Purged away between the two requests: nothing is known, the caller reads again.
+            None => Err(StorageError::backend(
+                NAME,
+                "create",
+                "the key changed during the create",
+            )),
         }
     }
 
@@ -462,20 +527,10 @@ impl Storage for NatsStorage {
             .await
             .map_err(err("list"))?;
         names.sort();
-        let limit = page.effective_limit();
-        names.truncate(limit + 1);
-        let mut entries = Vec::with_capacity(names.len());
-        let mut reads = futures_util::stream::iter(names)
-            .map(|name| async move {
-                let stored = self.get(&name).await?;
-                Ok::<_, StorageError>(stored.map(|s| (name, s)))
-            })
-            .buffered(16);
-        while let Some(entry) = reads.next().await {
-            // A key deleted between listing and reading is skipped.
-            entries.extend(entry?);
-        }
-        Ok(Page::from_sorted(entries, limit))
+        Page::gather(names, page.effective_limit(), |name| async move {
+            self.get(&name).await
+        })
+        .await
     }
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
@@ -499,13 +554,17 @@ impl NotificationSource for WatchSource {
     }
 
     async fn next(&self, conn: &mut kv::Watch) -> SourceEvent {
-        match conn.next().await {
-            Some(Ok(entry)) => entry
-                .key
-                .strip_prefix(&*self.prefix)
-                .and_then(unescape_key)
-                .map_or(SourceEvent::MayHaveMissed, SourceEvent::Changed),
-            Some(Err(_)) | None => SourceEvent::Disconnected,
+        loop {
+            match conn.next().await {
+                Some(Ok(entry)) => {
+                    // Keys of other users of the bucket (another prefix) wake nobody.
+                    if let Some(name) = entry.key.strip_prefix(&*self.prefix).and_then(unescape_key)
+                    {
+                        return SourceEvent::Changed(name);
+                    }
+                }
+                Some(Err(_)) | None => return SourceEvent::Disconnected,
+            }
         }
     }
 }

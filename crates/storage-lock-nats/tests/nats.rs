@@ -46,9 +46,10 @@ async fn server_restart_keeps_fencing() {
     .await;
 }
 
-/// A bucket in memory storage forgets holds on a restart: refused unless accepted.
+/// A bucket in memory storage forgets holds on a restart, one with a `max_age` forgets released
+/// records: refused unless accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_bucket_is_refused_unless_volatile_is_accepted() {
+async fn memory_or_expiring_buckets_are_refused_unless_volatile_is_accepted() {
     let url = std::env::var("STORAGE_LOCK_NATS_URL").expect("STORAGE_LOCK_NATS_URL");
     let client = async_nats::connect(url.trim_start_matches("nats://"))
         .await
@@ -81,4 +82,22 @@ async fn memory_bucket_is_refused_unless_volatile_is_accepted() {
         storage_lock_core::Durability::Volatile
     );
     js.delete_key_value(&bucket).await.expect("clean up");
+
+    // A bucket that expires entries would forget the fencing tokens of released locks.
+    let expiring = format!("storage-lock-ttl-{:x}", std::process::id());
+    js.create_key_value(async_nats::jetstream::kv::Config {
+        bucket: expiring.clone(),
+        max_age: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await
+    .expect("create an expiring bucket");
+    let refused = NatsStorageBuilder::from_url(&url)
+        .unwrap()
+        .bucket(&expiring)
+        .open()
+        .await;
+    let err = refused.expect_err("an expiring bucket must be refused");
+    assert!(err.to_string().contains("expires"), "{err}");
+    js.delete_key_value(&expiring).await.expect("clean up");
 }

@@ -15,9 +15,12 @@
 //! * **Lock operations** are the engine's defaults: a GET and a conditional PUT (two requests).
 //! * **Waiting** backs off with jitter: object stores deliver no change notifications that a
 //!   client could wait on.
-//! * **Requests are never retried by the client**: a conditional PUT retried after a lost answer
-//!   would fail its own precondition and look like a lost race. A failed request is reported as
-//!   an error of unknown outcome, which the engine resolves by reading the record.
+//! * **A lost race is checked before it is reported.** A conditional PUT retried after a lost
+//!   answer (by the store's client, or a proxy) fails its own precondition; so a failed
+//!   precondition is reported as a conflict only after a GET shows that the object is not the
+//!   one this write tried to store (its nonce makes it unique). Stores opened from a URL also
+//!   retry nothing: a failed request is an error of unknown outcome, which the engine resolves
+//!   by reading the record.
 //!
 //! # Time: an injected clock
 //! The object store APIs have no clock, so expiry is judged by a [`Clock`] injected at open —
@@ -49,7 +52,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::TryStreamExt;
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
 use storage_lock_core::storage::encoding::{
@@ -82,10 +85,11 @@ impl fmt::Debug for ObjectStoreStorage {
 impl ObjectStoreStorage {
     /// Locks under `prefix` in `store`, judged by the system clock.
     ///
-    /// Build the store so that it does not retry requests (`RetryConfig { max_retries: 0, .. }`):
-    /// see the [crate docs](crate). The store must support conditional PUT ([`PutMode::Create`]
-    /// and [`PutMode::Update`]); object_store's in-memory and local-file stores do (within one
-    /// process), which makes them handy in tests.
+    /// Prefer a store that does not retry requests (`RetryConfig { max_retries: 0, .. }`), so
+    /// that an outage surfaces within one request timeout; retries are safe either way (see the
+    /// [crate docs](crate)). The store must support conditional PUT ([`PutMode::Create`] and
+    /// [`PutMode::Update`]): object_store's in-memory store does (within one process, handy in
+    /// tests), its local-file store does not support updates.
     ///
     /// # Examples
     /// ```
@@ -189,11 +193,35 @@ impl ObjectStoreStorage {
             mode,
             ..PutOptions::default()
         };
-        let put = self
+        let path = self.path(key);
+        let err = match self
             .store
-            .put_opts(&self.path(key), PutPayload::from(bytes), opts)
-            .await?;
-        Ok(version_of(put.e_tag, put.version))
+            .put_opts(&path, PutPayload::from(bytes.clone()), opts)
+            .await
+        {
+            Ok(put) => return Ok(version_of(put.e_tag, put.version)),
+            Err(e) => e,
+        };
+        if !matches!(
+            err,
+            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }
+        ) {
+            return Err(err);
+        }
+        // Lost the race — or won it on an attempt whose answer was lost and lost against
+        // ourselves on a retry. The nonce tells: only this write stored these bytes.
+        match self.store.get_opts(&path, GetOptions::default()).await {
+            Ok(got) => {
+                let version = version_of(got.meta.e_tag.clone(), got.meta.version.clone());
+                match got.bytes().await {
+                    Ok(stored) if stored.as_ref() == bytes.as_slice() => Ok(version),
+                    Ok(_) => Err(err),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(object_store::Error::NotFound { .. }) => Err(err),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -311,19 +339,10 @@ impl Storage for ObjectStoreStorage {
             .await
             .map_err(err("list"))?;
         names.sort();
-        let limit = page.effective_limit();
-        names.truncate(limit + 1);
-        let mut entries = Vec::with_capacity(names.len());
-        let mut reads = futures_util::stream::iter(names)
-            .map(|name| async move {
-                let stored = self.get(&name).await?;
-                Ok::<_, StorageError>(stored.map(|s| (name, s)))
-            })
-            .buffered(16);
-        while let Some(entry) = reads.next().await {
-            entries.extend(entry?);
-        }
-        Ok(Page::from_sorted(entries, limit))
+        Page::gather(names, page.effective_limit(), |name| async move {
+            self.get(&name).await
+        })
+        .await
     }
 }
 

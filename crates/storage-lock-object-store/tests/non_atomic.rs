@@ -103,6 +103,95 @@ impl ObjectStore for CheckThenWrite {
     }
 }
 
+/// Every conditional PUT is sent twice, as a client or proxy retrying after a lost answer
+/// would: the first lands, the second fails its precondition against the first, and that
+/// second answer is what the caller sees.
+#[derive(Debug, Default)]
+struct RetriedAfterLostAnswer(InMemory);
+
+impl fmt::Display for RetriedAfterLostAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RetriedAfterLostAnswer({})", self.0)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for RetriedAfterLostAnswer {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let first = self
+            .0
+            .put_opts(location, payload.clone(), opts.clone())
+            .await;
+        match (first, &opts.mode) {
+            (Ok(_), PutMode::Create | PutMode::Update(_)) => {
+                self.0.put_opts(location, payload, opts).await
+            }
+            (other, _) => other,
+        }
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.0.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        self.0.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.0.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.0.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.0.copy_opts(from, to, options).await
+    }
+}
+
+/// A write that landed is never reported as a lost race because its retry lost against it:
+/// the nonce identifies the stored object as this write's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_write_that_landed_is_not_reported_as_lost() {
+    use storage_lock_core::{LockRecord, OwnerId, Storage, Timestamp};
+    let s = storage(RetriedAfterLostAnswer::default());
+    let record = LockRecord {
+        owner: OwnerId::from_u128(3),
+        count: 1,
+        fencing: 1,
+        acquired_at: Timestamp::from_millis(1),
+        expires_at: Timestamp::from_millis(2),
+        holder: None,
+    };
+    let v1 = s.create("k", &record).await.expect("create landed");
+    let v2 = s.update("k", &v1, &record).await.expect("update landed");
+    assert_eq!(s.get("k").await.unwrap().unwrap().version, v2);
+    // A real conflict is still one.
+    assert!(s.update("k", &v1, &record).await.is_err());
+    assert!(s.create("k", &record).await.is_err());
+    // And the whole semantics of a lock hold on such a store.
+    conformance::racing_creates_have_one_winner(storage(RetriedAfterLostAnswer::default())).await;
+    conformance::racing_updates_have_one_winner(storage(RetriedAfterLostAnswer::default())).await;
+}
+
 /// Runs `case` on its own task; `true` if it failed (panicked).
 async fn fails<F>(case: F) -> bool
 where

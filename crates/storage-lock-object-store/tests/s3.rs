@@ -11,8 +11,11 @@ fn url() -> String {
         .expect("STORAGE_LOCK_S3_URL must name an S3 bucket (run scripts/test.sh)")
 }
 
+/// A storage in a directory of its own, so that listings scan only this test's objects (the
+/// emulator keeps every earlier run's objects).
 async fn s3() -> ObjectStoreStorage {
-    let url = url().replacen("s3://storage-lock-test", "s3://storage-lock-test/suite", 1);
+    let dir = format!("s3://storage-lock-test/suite/{:016x}", rand_u64());
+    let url = url().replacen("s3://storage-lock-test", &dir, 1);
     ObjectStoreStorage::from_url(&url).expect("a valid S3 URL")
 }
 
@@ -89,5 +92,10 @@ async fn equal_writes_get_distinct_versions() {
 
 fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::time::SystemTime::now())
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    RandomState::new().hash_one((
+        std::time::SystemTime::now(),
+        N.fetch_add(1, Ordering::Relaxed),
+    ))
 }

@@ -65,8 +65,9 @@ impl ServerProcess {
         self.child = Some(child);
     }
 
-    /// Kills the process with `SIGKILL` (no chance to flush anything it did not flush before
-    /// answering) and waits for it.
+    /// Kills the process with `SIGKILL` and waits for it. The operating system keeps what the
+    /// process wrote to files, so this tests a process crash, not a machine crash (whether a
+    /// server fsyncs before it answers is not exercised).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

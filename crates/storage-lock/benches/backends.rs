@@ -351,10 +351,17 @@ async fn requests_per_op(storage: Arc<dyn storage_lock::Storage>) -> (f64, f64) 
     let counted = Arc::new(FaultyStorage::new(storage));
     let locks = StorageLock::builder_arc(counted.clone()).build().unwrap();
     let total = |c: &FaultyStorage<Arc<dyn storage_lock::Storage>>| -> usize {
-        [Op::Now, Op::Get, Op::Create, Op::Update, Op::Delete, Op::List]
-            .into_iter()
-            .map(|op| c.calls(op))
-            .sum()
+        [
+            Op::Now,
+            Op::Get,
+            Op::Create,
+            Op::Update,
+            Op::Delete,
+            Op::List,
+        ]
+        .into_iter()
+        .map(|op| c.calls(op))
+        .sum()
     };
     let opts = AcquireOptions::default();
     let (mut acq, mut rel) = (0, 0);
@@ -397,7 +404,11 @@ fn etcd_handled(metrics_url: &str) -> std::collections::HashMap<String, f64> {
             .and_then(|m| m.split('"').next())
             .unwrap_or("")
             .to_owned();
-        let n: f64 = line.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0.0);
+        let n: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
         *by_method.entry(method).or_insert(0.0) += n;
     }
     by_method
@@ -477,7 +488,8 @@ async fn etcd_bench(url: &str) {
     let before = etcd_handled(&metrics);
     let counted = requests_per_op(storage).await;
     let after = etcd_handled(&metrics);
-    let delta = |m: &str| after.get(m).copied().unwrap_or(0.0) - before.get(m).copied().unwrap_or(0.0);
+    let delta =
+        |m: &str| after.get(m).copied().unwrap_or(0.0) - before.get(m).copied().unwrap_or(0.0);
     requests_row(
         "etcd",
         counted,
@@ -495,7 +507,9 @@ async fn nats_bench(url: &str) {
         .await
         .unwrap();
     let locks = StorageLock::builder_arc(storage.clone()).build().unwrap();
-    let client = async_nats::connect(url.trim_start_matches("nats://")).await.unwrap();
+    let client = async_nats::connect(url.trim_start_matches("nats://"))
+        .await
+        .unwrap();
     let js = async_nats::jetstream::new(client);
     let store = js
         .create_key_value(kv::Config {
@@ -518,11 +532,20 @@ async fn nats_bench(url: &str) {
             }
         })
         .await;
-        row("NATS KV", clients, &engine, "KV `create`+`delete`", &create_delete);
+        row(
+            "NATS KV",
+            clients,
+            &engine,
+            "KV `create`+`delete`",
+            &create_delete,
+        );
         let mut revs = Vec::new();
         for i in 0..clients {
             revs.push(std::sync::Mutex::new(
-                store.put(format!("cas-{tag}-{i}"), "x".into()).await.unwrap(),
+                store
+                    .put(format!("cas-{tag}-{i}"), "x".into())
+                    .await
+                    .unwrap(),
             ));
         }
         let (s, revs) = (store.clone(), Arc::new(revs));
@@ -537,7 +560,13 @@ async fn nats_bench(url: &str) {
             }
         })
         .await;
-        row("NATS KV", clients, &engine, "two revision-checked `update`s", &cas);
+        row(
+            "NATS KV",
+            clients,
+            &engine,
+            "two revision-checked `update`s",
+            &cas,
+        );
     }
     let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
     let s = store.clone();
@@ -597,7 +626,13 @@ async fn s3_bench(url: &str) {
             }
         })
         .await;
-        row("S3 (ministack)", clients, &engine, "`PUT If-None-Match` + `DELETE`", &base);
+        row(
+            "S3 (ministack)",
+            clients,
+            &engine,
+            "`PUT If-None-Match` + `DELETE`",
+            &base,
+        );
     }
     let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
     let r = raw.clone();

@@ -184,7 +184,8 @@ pub fn escape_key(key: &str) -> String {
     out
 }
 
-/// The key [`escape_key`] made `escaped` from; `None` if `escaped` is not such an output.
+/// The key [`escape_key`] made `escaped` from; `None` if `escaped` is not exactly such an output
+/// (`=41` is not: `escape_key` writes `A` for it), so no two stored names map to one key.
 pub fn unescape_key(escaped: &str) -> Option<String> {
     let mut bytes = Vec::with_capacity(escaped.len());
     let mut it = escaped.bytes();
@@ -202,7 +203,8 @@ pub fn unescape_key(escaped: &str) -> Option<String> {
             _ => return None,
         }
     }
-    String::from_utf8(bytes).ok()
+    let key = String::from_utf8(bytes).ok()?;
+    (escape_key(&key) == escaped).then_some(key)
 }
 
 #[cfg(test)]
@@ -296,7 +298,7 @@ mod tests {
             assert_eq!(unescape_key(&e).as_deref(), Some(key));
         }
         assert!(escape_key("ab/c").starts_with(&escape_key("ab/")));
-        for bad in ["=", "=4", "=zz", "=4a", "a.b", "=FF"] {
+        for bad in ["=", "=4", "=zz", "=4a", "a.b", "=FF", "=41", "=5F"] {
             assert_eq!(unescape_key(bad), None, "{bad}");
         }
     }

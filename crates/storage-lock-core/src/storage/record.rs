@@ -257,4 +257,76 @@ impl Page {
         entries.truncate(limit);
         Self { entries, next }
     }
+
+    /// The page of at most `limit` records read by `read` from `names` (candidate keys in
+    /// ascending order, e.g. from a listing that returns names only), skipping names whose
+    /// record is gone by the time it is read, so a key deleted meanwhile never ends a listing
+    /// early. Reads up to 16 names at a time, and stops once `limit + 1` records are found.
+    ///
+    /// # Errors
+    /// The first error of `read`.
+    pub async fn gather<F, Fut>(
+        names: Vec<String>,
+        limit: usize,
+        read: F,
+    ) -> Result<Self, crate::StorageError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Option<Stored>, crate::StorageError>>,
+    {
+        use futures_util::StreamExt;
+        let limit = limit.max(1);
+        let mut entries = Vec::with_capacity(names.len().min(limit + 1));
+        let mut reads = futures_util::stream::iter(names)
+            .map(|name| {
+                let got = read(name.clone());
+                async move { got.await.map(|stored| stored.map(|s| (name, s))) }
+            })
+            .buffered(16);
+        while let Some(entry) = reads.next().await {
+            entries.extend(entry?);
+            if entries.len() > limit {
+                break;
+            }
+        }
+        Ok(Self::from_sorted(entries, limit))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored() -> Stored {
+        Stored {
+            record: LockRecord {
+                owner: OwnerId::from_u128(1),
+                count: 0,
+                fencing: 1,
+                acquired_at: Timestamp::from_millis(0),
+                expires_at: Timestamp::from_millis(0),
+                holder: None,
+            },
+            version: Version::from_u64(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn gather_skips_names_gone_before_their_read_without_ending_the_listing() {
+        let names = ["a", "b", "c", "d"].map(str::to_owned).to_vec();
+        let page = Page::gather(names, 2, |n| async move {
+            Ok((n != "a" && n != "c").then(stored))
+        })
+        .await
+        .unwrap();
+        let keys: Vec<_> = page.entries.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["b", "d"]);
+        assert_eq!(page.next, None);
+        let names = ["a", "b", "c", "d"].map(str::to_owned).to_vec();
+        let page = Page::gather(names, 1, |n| async move { Ok((n != "a").then(stored)) })
+            .await
+            .unwrap();
+        assert_eq!(page.entries.len(), 1);
+        assert_eq!(page.next.as_deref(), Some("b"));
+    }
 }

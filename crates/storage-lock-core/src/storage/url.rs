@@ -58,7 +58,20 @@ impl UrlParts {
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| "expected scheme://…".to_owned())?;
+        if rest.contains('#') {
+            return Err("a URL fragment (#…) is not allowed; percent-encode '#' as %23".to_owned());
+        }
         let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority_part, path_part) =
+            before_query.split_once('/').unwrap_or((before_query, ""));
+        if !authority_part.contains('@') && (path_part.contains('@') || query.contains('@')) {
+            // Most likely a password with a raw '/', '?' or '@': never echo any of it.
+            return Err(
+                "'@' after the host: percent-encode it (%40), and '/', '?', '#' and '@' in a user \
+                 name or password (%2F, %3F, %23, %40)"
+                    .to_owned(),
+            );
+        }
         let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
         let mut parts = Self {
             scheme: scheme.to_ascii_lowercase(),
@@ -181,6 +194,14 @@ mod tests {
         assert!(UrlParts::parse("etcd://h1,,h2").is_err());
         assert!(UrlParts::parse("etcd:h").is_err());
         assert!(UrlParts::parse("etcd://u:%zz@h").is_err());
+        for leaky in [
+            "etcd://u:se?CRET@h",
+            "etcd://u:se/CRET@h",
+            "etcd://u:se#CRET@h",
+        ] {
+            let e = UrlParts::parse(leaky).unwrap_err();
+            assert!(!e.contains("CRET"), "{e}");
+        }
         let e = UrlParts::parse("x://u:secret@h?z=1").unwrap();
         assert!(!format!("{e:?}").contains("secret"));
         assert!(e.finish(&["a"]).unwrap_err().contains("\"z\""));
