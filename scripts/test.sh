@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace against real servers: unit and integration tests (both suites
-# on memory, SQLite, PostgreSQL, MySQL/MariaDB and Redis, the multi-process tests, the
-# connection-loss tests, the CLI's end-to-end tests on every backend, the lock server and its SDK
+# on memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis, etcd, NATS JetStream KV and S3 (an
+# emulator), the multi-process tests, the connection-loss tests, the server-restart tests, the CLI's end-to-end tests on every backend, the lock server and its SDK
 # over HTTP and gRPC), doc tests, a build of the benchmarks, and schemathesis against the server's
 # OpenAPI document, and the web page's browser tests. scripts/services.sh starts the servers if needed; one that stays unreachable
 # fails the run.
