@@ -49,7 +49,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::TryStreamExt;
@@ -137,6 +136,8 @@ impl ObjectStoreStorage {
     /// ```
     #[cfg(feature = "aws")]
     pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        use std::time::Duration;
+
         use object_store::aws::AmazonS3Builder;
         use object_store::{ClientOptions, RetryConfig};
         use storage_lock_core::storage::url::UrlParts;
