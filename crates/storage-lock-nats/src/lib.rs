@@ -510,7 +510,7 @@ impl Storage for NatsStorage {
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
         let wanted = self.full(prefix);
-        let mut names: Vec<String> = self
+        let names: Vec<String> = self
             .store
             .keys()
             .await
@@ -526,7 +526,6 @@ impl Storage for NatsStorage {
             .try_collect()
             .await
             .map_err(err("list"))?;
-        names.sort();
         Page::gather(names, page.effective_limit(), |name| async move {
             self.get(&name).await
         })

@@ -320,7 +320,7 @@ impl Storage for ObjectStoreStorage {
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
         let wanted = escape_key(prefix);
         let dir = self.prefix.clone();
-        let mut names: Vec<String> = self
+        let names: Vec<String> = self
             .store
             .list(Some(&dir))
             .try_filter_map(|meta| {
@@ -339,7 +339,6 @@ impl Storage for ObjectStoreStorage {
             .try_collect()
             .await
             .map_err(err("list"))?;
-        names.sort();
         Page::gather(names, page.effective_limit(), |name| async move {
             self.get(&name).await
         })

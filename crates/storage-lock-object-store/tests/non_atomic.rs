@@ -18,6 +18,48 @@ use object_store::{
 use storage_lock_object_store::ObjectStoreStorage;
 use storage_lock_testkit::conformance;
 
+/// An `ObjectStore` impl for `$ty` with the given `put_opts`; every other method is forwarded
+/// to the wrapped `InMemory` (`.0`): the fault wrappers below change conditional PUTs only.
+macro_rules! object_store_with_put {
+    ($ty:ty, $($put:tt)*) => {
+        #[async_trait]
+        impl ObjectStore for $ty {
+        $($put)*
+
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: PutMultipartOptions,
+        ) -> Result<Box<dyn MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+            self.0.get_opts(location, options).await
+        }
+
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, Result<Path>>,
+        ) -> BoxStream<'static, Result<Path>> {
+            self.0.delete_stream(locations)
+        }
+
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+            self.0.list(prefix)
+        }
+
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+            self.0.copy_opts(from, to, options).await
+        }
+        }
+    };
+}
+
 /// Conditional PUTs in two steps — a HEAD that checks the precondition, a pause, then an
 /// unconditional write — so that racing writers can all pass the check.
 #[derive(Debug, Default)]
@@ -29,8 +71,8 @@ impl fmt::Display for CheckThenWrite {
     }
 }
 
-#[async_trait]
-impl ObjectStore for CheckThenWrite {
+object_store_with_put!(
+    CheckThenWrite,
     async fn put_opts(
         &self,
         location: &Path,
@@ -70,38 +112,7 @@ impl ObjectStore for CheckThenWrite {
         };
         self.0.put_opts(location, payload, overwrite).await
     }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.0.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.0.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.0.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.0.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.0.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.0.copy_opts(from, to, options).await
-    }
-}
+);
 
 /// Every conditional PUT is sent twice, as a client or proxy retrying after a lost answer
 /// would: the first lands, the second fails its precondition against the first, and that
@@ -115,8 +126,8 @@ impl fmt::Display for RetriedAfterLostAnswer {
     }
 }
 
-#[async_trait]
-impl ObjectStore for RetriedAfterLostAnswer {
+object_store_with_put!(
+    RetriedAfterLostAnswer,
     async fn put_opts(
         &self,
         location: &Path,
@@ -134,38 +145,7 @@ impl ObjectStore for RetriedAfterLostAnswer {
             (other, _) => other,
         }
     }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.0.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.0.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.0.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.0.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.0.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.0.copy_opts(from, to, options).await
-    }
-}
+);
 
 /// A write that landed is never reported as a lost race because its retry lost against it:
 /// the nonce identifies the stored object as this write's own.

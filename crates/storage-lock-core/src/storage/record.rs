@@ -258,15 +258,15 @@ impl Page {
         Self { entries, next }
     }
 
-    /// The page of at most `limit` records read by `read` from `names` (candidate keys in
-    /// ascending order, e.g. from a listing that returns names only), skipping names whose
+    /// The page of at most `limit` records read by `read` from `names` (candidate keys in any
+    /// order, e.g. from a listing that returns names only; sorted here), skipping names whose
     /// record is gone by the time it is read, so a key deleted meanwhile never ends a listing
     /// early. Reads up to 16 names at a time, and stops once `limit + 1` records are found.
     ///
     /// # Errors
     /// The first error of `read`.
     pub async fn gather<F, Fut>(
-        names: Vec<String>,
+        mut names: Vec<String>,
         limit: usize,
         read: F,
     ) -> Result<Self, crate::StorageError>
@@ -275,6 +275,7 @@ impl Page {
         Fut: std::future::Future<Output = Result<Option<Stored>, crate::StorageError>>,
     {
         use futures_util::StreamExt;
+        names.sort_unstable();
         let limit = limit.max(1);
         let mut entries = Vec::with_capacity(names.len().min(limit + 1));
         let mut reads = futures_util::stream::iter(names)
