@@ -12,7 +12,8 @@ use async_trait::async_trait;
 
 use crate::storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
-    PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, Timestamp, Version,
+    PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored,
+    Timestamp, Version,
 };
 
 /// One kind of [`Storage`] call, for [`FaultyStorage::calls`].
@@ -27,11 +28,12 @@ pub enum Op {
     List,
     AcquireOnce,
     Renew,
+    RenewMany,
     Release,
     WaitForChange,
 }
 
-const OPS: usize = 10;
+const OPS: usize = 11;
 
 /// A storage that counts calls and fails or slows them on demand.
 #[derive(Debug)]
@@ -75,7 +77,7 @@ impl<S: Storage> FaultyStorage<S> {
         self.outage.store(on, Ordering::SeqCst);
     }
 
-    /// While on, `renew` fails with a backend error.
+    /// While on, `renew` and `renew_many` fail with a backend error.
     pub fn set_fail_renewals(&self, on: bool) {
         self.fail_renewals.store(on, Ordering::SeqCst);
     }
@@ -111,7 +113,8 @@ impl<S: Storage> FaultyStorage<S> {
             us => tokio::time::sleep(Duration::from_micros(us)).await,
         }
         let injected = self.outage.load(Ordering::SeqCst)
-            || (op == Op::Renew && self.fail_renewals.load(Ordering::SeqCst));
+            || (matches!(op, Op::Renew | Op::RenewMany)
+                && self.fail_renewals.load(Ordering::SeqCst));
         if injected {
             return Err(StorageError::backend(
                 self.inner.name(),
@@ -193,6 +196,13 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     ) -> Result<RenewOutcome, StorageError> {
         self.enter(Op::Renew).await?;
         self.inner.renew(key, owner, lease).await
+    }
+    async fn renew_many(
+        &self,
+        renewals: &[RenewRequest<'_>],
+    ) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+        self.enter(Op::RenewMany).await?;
+        self.inner.renew_many(renewals).await
     }
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
         self.enter(Op::Release).await?;

@@ -50,13 +50,14 @@ pub use contract::{
     PrefixNormalizer, ProviderInfo, RenewalResult, Wait,
 };
 pub use engine::{
-    HoldGone, LockEvent, LockEventKind, OwnedHold, ReentrantHold, StorageLock, StorageLockBuilder,
+    HoldGone, LockEvent, LockEventKind, OwnedHold, RENEW_BATCH, ReentrantHold, StorageLock,
+    StorageLockBuilder,
 };
 pub use fenced::{FencedResource, StaleToken};
 pub use memory::MemoryStorage;
 pub use storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
-    OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, StorageExt,
-    Stored, SweepReport, TimeSource, Timestamp, Version, Waiters, redact_url,
+    OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError,
+    StorageExt, Stored, SweepReport, TimeSource, Timestamp, Version, Waiters, redact_url,
 };
 pub use storage::{NotificationSource, Notifications, SourceEvent};

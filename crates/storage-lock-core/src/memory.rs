@@ -13,7 +13,8 @@ use crate::storage::TimeSource;
 use crate::storage::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use crate::storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
-    PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError, Stored, Timestamp, Version,
+    PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored,
+    Timestamp, Version,
 };
 
 /// A storage in this process's memory: one table for any number of keys, change notifications
@@ -122,6 +123,26 @@ impl Slot {
             }
         }
     }
+}
+
+fn renew_in(
+    table: &mut Table,
+    key: &str,
+    owner: OwnerId,
+    now: Timestamp,
+    lease: Duration,
+) -> RenewOutcome {
+    let mut outcome = RenewOutcome::NotHeld;
+    table.modify(key, |record| {
+        if let Some(expires_at) = ops::decide_renew(Some(record), owner, now, lease) {
+            record.expires_at = expires_at;
+            outcome = RenewOutcome::Renewed { expires_at };
+            true
+        } else {
+            false
+        }
+    });
+    outcome
 }
 
 fn expect_version(expected: &Version) -> Option<u64> {
@@ -270,18 +291,20 @@ impl Storage for MemoryStorage {
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
         let now = self.clock.now();
+        Ok(renew_in(&mut self.table(), key, owner, now, lease))
+    }
+
+    /// All keys under one lock of the table, on one reading of the clock.
+    async fn renew_many(
+        &self,
+        renewals: &[RenewRequest<'_>],
+    ) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+        let now = self.clock.now();
         let mut table = self.table();
-        let mut outcome = RenewOutcome::NotHeld;
-        table.modify(key, |record| {
-            if let Some(expires_at) = ops::decide_renew(Some(record), owner, now, lease) {
-                record.expires_at = expires_at;
-                outcome = RenewOutcome::Renewed { expires_at };
-                true
-            } else {
-                false
-            }
-        });
-        Ok(outcome)
+        Ok(renewals
+            .iter()
+            .map(|r| Ok(renew_in(&mut table, r.key, r.owner, now, r.lease)))
+            .collect())
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {

@@ -10,7 +10,7 @@ use storage_lock_core::StorageExt;
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Clock, HolderInfo, LockRecord, OwnerId, PageRequest,
-    ReleaseOutcome, RenewOutcome, Storage, StorageError, SystemClock,
+    ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, SystemClock,
 };
 
 use crate::unique_prefix;
@@ -364,6 +364,79 @@ pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
             .unwrap(),
         RenewOutcome::NotHeld
     );
+}
+
+/// `renew_many` answers each key in request order with what `renew` would have answered:
+/// the owner's live holds are extended by their own leases; another owner's hold, a missing
+/// key, a tombstone and an expired hold are `NotHeld`, and none of them keeps the others from
+/// being renewed. An empty call is an empty answer.
+pub async fn renew_many_decides_each_key_on_its_own<S: Storage>(s: S) {
+    let p = unique_prefix("renew_many");
+    let (a, b) = (OwnerId::random(), OwnerId::random());
+    let key = |i: usize| format!("{p}k{i}");
+    let take = |k: String, owner, lease| {
+        let s = &s;
+        async move {
+            match s
+                .acquire_once(&k, &request(owner, lease, false))
+                .await
+                .unwrap()
+            {
+                AcquireOutcome::Acquired { expires_at, .. } => expires_at,
+                busy => panic!("{busy:?}"),
+            }
+        }
+    };
+    let short = Duration::from_millis(300);
+    let first = take(key(0), a, short).await;
+    take(key(1), b, Duration::from_secs(30)).await;
+    take(key(3), a, Duration::from_secs(30)).await;
+    s.release(&key(3), a).await.unwrap();
+    take(key(4), a, Duration::from_millis(100)).await;
+    take(key(5), a, short).await;
+    tokio::time::sleep(Duration::from_millis(200)).await; // key 4 expires
+    let keys: Vec<String> = (0..6).map(key).collect();
+    let lease = |i: usize| match i {
+        5 => Duration::from_secs(20),
+        _ => Duration::from_secs(5),
+    };
+    let requests: Vec<RenewRequest<'_>> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| RenewRequest {
+            key: k,
+            owner: a,
+            lease: lease(i),
+        })
+        .collect();
+    let answers: Vec<RenewOutcome> = s
+        .renew_many(&requests)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(answers.len(), 6, "{answers:?}");
+    let renewed = |o: &RenewOutcome| match o {
+        RenewOutcome::Renewed { expires_at } => *expires_at,
+        other => panic!("expected Renewed, got {other:?} in {answers:?}"),
+    };
+    let (e0, e5) = (renewed(&answers[0]), renewed(&answers[5]));
+    assert!(e0 > first, "{answers:?}");
+    assert!(
+        e5 >= e0.saturating_add(Duration::from_secs(14)),
+        "each key gets its own lease: {answers:?}"
+    );
+    for i in [1, 2, 3, 4] {
+        assert_eq!(answers[i], RenewOutcome::NotHeld, "key {i}: {answers:?}");
+    }
+    // What was renewed is stored: the holds outlive their first lease.
+    tokio::time::sleep(short).await;
+    for i in [0, 5] {
+        let rec = s.get(&key(i)).await.unwrap().expect("record").record;
+        assert!(rec.count == 1 && rec.owner == a && rec.is_held_at(s.now().await.unwrap()));
+    }
+    assert!(s.renew_many(&[]).await.unwrap().is_empty());
 }
 
 /// An expired hold is free: another owner takes it with the next fencing token.

@@ -433,6 +433,56 @@ pub async fn watchdog_outage_turns_handle_lost_by_local_deadline<S: Storage>(s: 
     assert!(next.fencing_token() > h.fencing_token());
 }
 
+/// Holds in the batched-watchdog case.
+pub const BATCHED_HOLDS: usize = 300;
+
+/// [`BATCHED_HOLDS`] auto-renewed holds on one engine live through three leases: none is lost,
+/// and their renewals reach the storage as `renew_many` calls carrying many keys each (counted
+/// by the call-counting wrapper), never as one `renew` per key.
+pub async fn watchdog_batches_renewals_of_many_holds<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let name = unique_prefix("batched");
+    let lease = Duration::from_millis(1500);
+    let every = Duration::from_millis(500);
+    let o = opts(Wait::Never, lease).auto_renew(every);
+    let start = Instant::now();
+    let mut handles = Vec::with_capacity(BATCHED_HOLDS);
+    let names: Vec<String> = (0..BATCHED_HOLDS).map(|i| format!("{name}{i}")).collect();
+    for chunk in names.chunks(16) {
+        let acquired =
+            futures_util::future::join_all(chunk.iter().map(|n| l.try_acquire(n, &o))).await;
+        handles.extend(acquired.into_iter().map(|h| h.unwrap().expect("free")));
+    }
+    tokio::time::sleep(lease * 3).await;
+    let elapsed = start.elapsed();
+    for (i, h) in handles.iter().enumerate() {
+        assert!(!h.is_lost(), "hold {i} was lost");
+    }
+    for (i, n) in names.iter().enumerate().step_by(50) {
+        assert!(
+            l.try_acquire(n, &AcquireOptions::default())
+                .await
+                .unwrap()
+                .is_none(),
+            "hold {i} is not held in the storage"
+        );
+    }
+    let (single, batched) = (faulty.calls(Op::Renew), faulty.calls(Op::RenewMany));
+    // One renewal per hold per period, at most: one `renew` per key would be this many calls.
+    let rounds = elapsed.as_secs_f64() / every.as_secs_f64() + 1.0;
+    let per_key_calls = rounds * BATCHED_HOLDS as f64;
+    assert_eq!(single, 0, "the watchdog renewed key by key");
+    assert!(batched > 0);
+    assert!(
+        (batched as f64) * 10.0 <= per_key_calls,
+        "{batched} renew_many calls in {elapsed:?} for {BATCHED_HOLDS} holds: fewer than 10 keys per call"
+    );
+    for h in handles {
+        h.release().await.unwrap();
+    }
+}
+
 /// The reentrant API counts levels per owner and keeps one fencing token for all of them.
 pub async fn reentrant_counts_levels_and_keeps_token<S: Storage>(s: S) {
     let l = locks(s);

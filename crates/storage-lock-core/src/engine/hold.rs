@@ -11,7 +11,7 @@ use super::events::LockEventKind;
 use super::runtime::HoldIo;
 use super::{EngineShared, telemetry};
 use crate::contract::LockError;
-use crate::storage::{OwnerId, RenewOutcome, Storage};
+use crate::storage::{OwnerId, RenewOutcome, Storage, StorageError};
 
 pub(crate) struct EngineHold<S: Storage + ?Sized> {
     storage: Arc<S>,
@@ -51,14 +51,11 @@ impl<S: Storage + ?Sized> EngineHold<S> {
     }
 }
 
-#[async_trait]
-impl<S: Storage + ?Sized> HoldIo for EngineHold<S> {
-    async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
-        let outcome = self
-            .storage
-            .as_ref()
-            .renew(&self.key, self.owner, lease)
-            .await;
+impl<S: Storage + ?Sized> EngineHold<S> {
+    fn renewed(
+        &self,
+        outcome: Result<RenewOutcome, StorageError>,
+    ) -> Result<Option<SystemTime>, LockError> {
         let kind = match outcome {
             Ok(RenewOutcome::Renewed { .. }) => LockEventKind::Renewed,
             _ => LockEventKind::RenewFailed,
@@ -68,6 +65,27 @@ impl<S: Storage + ?Sized> HoldIo for EngineHold<S> {
             RenewOutcome::Renewed { expires_at } => Ok(expires_at.to_system_time()),
             RenewOutcome::NotHeld => Ok(None),
         }
+    }
+}
+
+#[async_trait]
+impl<S: Storage + ?Sized> HoldIo for EngineHold<S> {
+    async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
+        let outcome = self
+            .storage
+            .as_ref()
+            .renew(&self.key, self.owner, lease)
+            .await;
+        self.renewed(outcome)
+    }
+
+    async fn renew_in_background(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
+        let outcome = self
+            .engine
+            .renewals
+            .renew(&self.storage, &self.key, self.owner, lease)
+            .await;
+        self.renewed(outcome)
     }
 
     async fn release(&self) -> Result<(), LockError> {

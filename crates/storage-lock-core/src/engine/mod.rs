@@ -5,6 +5,7 @@
 //!   earliest of deadline / holder expiry / notification / jittered backoff; cancel safety;
 //!   retries of storage errors while the wait lasts.
 //! * `hold` — the storage side of a [`crate::LockHandle`]: renew and release through the storage.
+//! * `renewals` — the watchdogs' renewals, coalesced into [`Storage::renew_many`] calls.
 //! * `reentrant` — the explicit-owner reentrant API ([`StorageLock::lock_reentrant`]).
 //! * `owned` — holds by explicit owner without a handle, for servers ([`StorageLock::acquire_as`]).
 //! * `events` and `telemetry` — [`LockEvent`]s, `metrics` and `tracing`.
@@ -14,6 +15,7 @@ mod events;
 mod hold;
 mod owned;
 mod reentrant;
+mod renewals;
 pub(crate) mod runtime;
 mod telemetry;
 
@@ -33,6 +35,7 @@ use crate::storage::{HolderInfo, Storage, StorageExt, TimeSource};
 pub use events::{LockEvent, LockEventKind};
 pub use owned::{HoldGone, OwnedHold};
 pub use reentrant::ReentrantHold;
+pub use renewals::RENEW_BATCH;
 
 /// A [`DistributedLock`] over a [`Storage`]; one instance serves any number of keys.
 ///
@@ -61,6 +64,8 @@ pub(crate) struct EngineShared {
     pub(crate) events: events::Events,
     /// Requests by explicit owners in flight, per (key, owner): see `owned::ResumeTicket`.
     pub(crate) resumes: owned::Resumes,
+    /// The batcher the watchdogs of this engine's handles renew through.
+    pub(crate) renewals: renewals::Renewals,
 }
 
 impl<S: Storage + ?Sized> Clone for StorageLock<S> {
@@ -302,6 +307,7 @@ impl<S: Storage + ?Sized> StorageLockBuilder<S> {
                 provider,
                 events: events::Events::new(),
                 resumes: owned::Resumes::default(),
+                renewals: renewals::Renewals::default(),
             }),
         })
     }

@@ -59,6 +59,16 @@ pub trait HoldIo: Send + Sync + 'static {
     /// # Errors
     /// Any error means the outcome is unknown.
     async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError>;
+    /// What the watchdog (auto-renew) calls instead of [`Self::renew`]: the default is
+    /// [`Self::renew`]; a provider that coalesces background renewals (the storage engine does,
+    /// into [`crate::Storage::renew_many`] calls) overrides it. Explicit renewals never wait for
+    /// a batch.
+    ///
+    /// # Errors
+    /// Any error means the outcome is unknown.
+    async fn renew_in_background(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
+        self.renew(lease).await
+    }
     /// Releases the hold (no-op if not held). Called at most once per handle.
     ///
     /// # Errors
@@ -260,14 +270,20 @@ impl HoldRuntime {
         self.ended.notify_waiters();
     }
 
-    /// One renewal. With `fail_on_error`, a storage error turns the handle lost; without it
-    /// (the watchdog), the error is reported as `None` so the caller can retry before the deadline.
+    /// One renewal. With `fail_on_error` (an explicit renewal), a storage error turns the
+    /// handle lost; without it (the watchdog, which renews through
+    /// [`HoldIo::renew_in_background`]), the error is reported as `Lost` so the caller can retry
+    /// before the deadline.
     async fn renew(&self, lease: Duration, fail_on_error: bool) -> RenewalResult {
         if self.release_started.load(Ordering::Acquire) || self.check_deadline() {
             return RenewalResult::Lost;
         }
         let sent_at = BootInstant::now();
-        let outcome = self.backend.renew(lease).await;
+        let outcome = if fail_on_error {
+            self.backend.renew(lease).await
+        } else {
+            self.backend.renew_in_background(lease).await
+        };
         let confirmed = match outcome {
             Ok(Some(expires_at)) => expires_at,
             Ok(None) => {
@@ -323,11 +339,24 @@ async fn deadline_timer(shared: Arc<HoldRuntime>) {
     }
 }
 
-/// Renews every `every`; on storage errors retries quickly until the local deadline, then the
-/// deadline check turns the handle lost. Ends when the handle is released or lost.
+/// `at` moved back onto the process-wide grid of `every / 8` (at most that much earlier), so
+/// that watchdogs with the same period renew at the same instants and their renewals can share
+/// one storage call (see `engine::renewals`).
+fn aligned(at: Instant, every: Duration) -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let step = (every / 8).as_nanos().max(1);
+    let since = at.saturating_duration_since(epoch).as_nanos();
+    let back = u64::try_from(since % step).unwrap_or(0);
+    at.checked_sub(Duration::from_nanos(back)).unwrap_or(at)
+}
+
+/// Renews every `every` (on a shared grid: see [`aligned`]); on storage errors retries quickly
+/// until the local deadline, then the deadline check turns the handle lost. Ends when the handle
+/// is released or lost.
 async fn watchdog(shared: Arc<HoldRuntime>, every: Duration) {
     let retry = (every / 4).max(Duration::from_millis(5));
-    let mut next = Instant::now() + every;
+    let mut next = aligned(Instant::now() + every, every);
     loop {
         let ended = shared.ended.notified();
         tokio::pin!(ended);
@@ -349,7 +378,7 @@ async fn watchdog(shared: Arc<HoldRuntime>, every: Duration) {
         let left = deadline.saturating_duration_since(BootInstant::now());
         let renewed = tokio::time::timeout(left, shared.renew(shared.lease, false)).await;
         next = match renewed {
-            Ok(RenewalResult::Renewed { .. }) => Instant::now() + every,
+            Ok(RenewalResult::Renewed { .. }) => aligned(Instant::now() + every, every),
             Ok(RenewalResult::Lost) => Instant::now() + retry,
             Err(_) => {
                 shared.check_deadline();

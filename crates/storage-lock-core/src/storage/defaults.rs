@@ -9,7 +9,7 @@ use super::StorageExt;
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use super::{
     AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, ReleaseOutcome, RenewOutcome,
-    Storage, StorageError, Stored, SweepReport, Timestamp, Version,
+    RenewRequest, Storage, StorageError, Stored, SweepReport, Timestamp, Version,
 };
 
 pub(super) async fn try_acquire<S: Storage + ?Sized>(
@@ -265,4 +265,22 @@ async fn write<S: Storage + ?Sized>(
         None => s.create(key, record).await,
         Some(c) => s.update(key, &c.version, record).await,
     }
+}
+
+/// One [`Storage::renew`] per key, 16 at a time, answers in request order.
+pub(super) async fn renew_many<S: Storage + ?Sized>(
+    s: &S,
+    renewals: &[RenewRequest<'_>],
+) -> Vec<Result<RenewOutcome, StorageError>> {
+    let mut answers = Vec::with_capacity(renewals.len());
+    for chunk in renewals.chunks(16) {
+        // The futures are built before the await (a combinator holding the closure across it
+        // would not be `Send` for every lifetime).
+        let calls: Vec<_> = chunk
+            .iter()
+            .map(|r| s.renew(r.key, r.owner, r.lease))
+            .collect();
+        answers.extend(futures_util::future::join_all(calls).await);
+    }
+    answers
 }

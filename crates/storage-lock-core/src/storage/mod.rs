@@ -30,7 +30,9 @@ use async_trait::async_trait;
 pub use capabilities::{Capabilities, Durability, TimeSource};
 pub use change::{ChangeWait, NotificationSource, Notifications, SourceEvent, Waiters};
 pub use error::{StorageError, redact_url};
-pub use ops::{AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, SweepReport};
+pub use ops::{
+    AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, RenewRequest, SweepReport,
+};
 pub use record::{HolderInfo, LockRecord, OwnerId, Page, PageRequest, Stored, Timestamp, Version};
 
 /// A linearizable store of [`LockRecord`]s keyed by string.
@@ -101,6 +103,25 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
         defaults::renew(self, key, owner, lease).await
+    }
+
+    /// Renews many holds in one go: the answer has one entry per request, in order, each what
+    /// [`Storage::renew`] would have answered for it. The watchdog of a [`crate::StorageLock`]
+    /// coalesces the renewals of all its auto-renewed handles into calls of this method (at most
+    /// [`crate::RENEW_BATCH`] keys each).
+    ///
+    /// The default renews key by key (up to 16 at a time); backends that can do it in one round
+    /// trip override it (one SQL statement or transaction, one script). An override must decide
+    /// every key on its own: a key that cannot be renewed never makes another fail.
+    ///
+    /// # Errors
+    /// The outer error: the call as a whole failed, and the outcome of every key is unknown.
+    /// An inner error: that key's outcome is unknown.
+    async fn renew_many(
+        &self,
+        renewals: &[RenewRequest<'_>],
+    ) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+        Ok(defaults::renew_many(self, renewals).await)
     }
 
     /// Releases one level of `owner`'s hold of `key`, writing a tombstone at zero (see
@@ -202,6 +223,9 @@ macro_rules! forward_storage {
             }
             async fn renew(&self, key: &str, owner: OwnerId, lease: Duration) -> Result<RenewOutcome, StorageError> {
                 (**self).renew(key, owner, lease).await
+            }
+            async fn renew_many(&self, renewals: &[RenewRequest<'_>]) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+                (**self).renew_many(renewals).await
             }
             async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
                 (**self).release(key, owner).await

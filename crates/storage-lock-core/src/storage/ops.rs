@@ -58,6 +58,18 @@ impl AcquireOutcome {
     }
 }
 
+/// One key of a [`crate::Storage::renew_many`] call: extend `owner`'s live hold of `key` to
+/// `now + lease`, as [`crate::Storage::renew`] would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenewRequest<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// The owner whose hold is extended.
+    pub owner: OwnerId,
+    /// The new lease, from the storage's "now".
+    pub lease: Duration,
+}
+
 /// The result of [`crate::Storage::renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewOutcome {
