@@ -18,7 +18,10 @@
 //!   Redlock debate; no client-side trick fixes it. Use PostgreSQL or etcd if you need failover.
 //! * **Redis Cluster**: each script touches the record and the fencing-floor record, which must
 //!   hash to one slot: give the prefix a hash tag (e.g. `{locks}:`). All locks then live on one
-//!   shard, with the single-primary caveat above for that shard.
+//!   shard, with the single-primary caveat above for that shard. The same hash tag is what lets
+//!   `renew_many` (the watchdog's batched renewals: one script over up to
+//!   [`storage_lock_core::RENEW_BATCH`] keys) run on a cluster, where a script may only touch
+//!   keys of one slot.
 
 mod scripts;
 
@@ -35,7 +38,7 @@ use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
     NotificationSource, Notifications, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome,
-    SourceEvent, Storage, StorageError, Stored, Timestamp, Version,
+    RenewRequest, SourceEvent, Storage, StorageError, Stored, Timestamp, Version,
 };
 
 const NAME: &str = "redis";
@@ -68,6 +71,7 @@ struct Scripts {
     delete: Script,
     acquire: Script,
     renew: Script,
+    renew_many: Script,
     release: Script,
 }
 
@@ -201,6 +205,7 @@ impl RedisStorageBuilder {
                 delete: Script::new(scripts::DELETE),
                 acquire: Script::new(&scripts::acquire()),
                 renew: Script::new(&scripts::renew()),
+                renew_many: Script::new(&scripts::renew_many()),
                 release: Script::new(&scripts::release()),
             }),
             hub,
@@ -628,6 +633,45 @@ impl Storage for RedisStorage {
             },
             Err(_) => RenewOutcome::NotHeld,
         })
+    }
+
+    /// One script over all the keys (one round trip, one `TIME`).
+    async fn renew_many(
+        &self,
+        renewals: &[RenewRequest<'_>],
+    ) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = self.scripts.renew_many.prepare_invoke();
+        call.arg(version_arg(&Version::random()));
+        for r in renewals {
+            call.key(self.redis_key(r.key))
+                .arg(r.owner.to_string())
+                .arg(lease_millis(r.lease));
+        }
+        let expiries: Vec<i64> = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("renew"))?;
+        if expiries.len() != renewals.len() {
+            return Err(StorageError::backend(
+                NAME,
+                "renew",
+                format!("{} answers for {} keys", expiries.len(), renewals.len()),
+            ));
+        }
+        Ok(expiries
+            .into_iter()
+            .map(|e| {
+                Ok(match u64::try_from(e) {
+                    Ok(ms) => RenewOutcome::Renewed {
+                        expires_at: Timestamp::from_millis(ms),
+                    },
+                    Err(_) => RenewOutcome::NotHeld,
+                })
+            })
+            .collect())
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {

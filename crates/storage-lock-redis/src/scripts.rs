@@ -108,6 +108,28 @@ return -1"
     )
 }
 
+/// KEYS = the records; ARGV = version, then owner and lease ms for each key. Returns one entry
+/// per key: its new expiry, or -1 if not held (the rule of [`renew`], on one `TIME`).
+pub(crate) fn renew_many() -> String {
+    format!(
+        "{PRELUDE}
+local now = now_ms()
+local out = {{}}
+for i, key in ipairs(KEYS) do
+  local owner, lease = ARGV[2 * i], tonumber(ARGV[2 * i + 1])
+  local r = redis.call('HMGET', key, 'o', 'c', 'e')
+  if r[1] == owner and tonumber(r[2] or '0') > 0 and tonumber(r[3]) > now then
+    local exp = now + lease
+    redis.call('HSET', key, 'v', ARGV[1], 'e', exp)
+    out[i] = exp
+  else
+    out[i] = -1
+  end
+end
+return out"
+    )
+}
+
 /// KEYS[1]; ARGV = version, owner, channel, key. Returns the levels left (publishing the key on
 /// the channel when the lock becomes free), or -1 if not held by the owner.
 pub(crate) fn release() -> String {

@@ -5,16 +5,18 @@
 //! | operation | round trips | how |
 //! |---|---|---|
 //! | `renew` | 1 | `UPDATE … SET expires_at = LAST_INSERT_ID(now + lease)`: the OK packet carries the new expiry |
+//! | `renew_many` (the watchdog's batches) | 2 per batch | an `UPDATE … JOIN` of the batch's keys that writes one random version, then a `SELECT` of the rows: a key was renewed iff its row carries that version |
 //! | `release` | 1 | `UPDATE … SET count = LAST_INSERT_ID(count - 1)`: the OK packet carries the levels left |
-//! | `try_acquire` | **2** | an `INSERT … ON DUPLICATE KEY UPDATE` that writes this request's random version only if the key is free, then a `SELECT` of the row: the request won iff the row carries its version |
+//! | `try_acquire` on MariaDB | 1 | an `INSERT … ON DUPLICATE KEY UPDATE … RETURNING` that writes this request's random version only if the key is free (or its own to re-enter) and returns the row as the statement left it: the request won iff the row carries its version, and a busy answer carries the holder |
+//! | `try_acquire` on MySQL 8 | **2** | the same upsert without `RETURNING`, then a `SELECT` of the row |
 //!
-//! `try_acquire` needs two because neither server returns rows from an upsert (MySQL has no
-//! `RETURNING`; MariaDB has none for `UPDATE`), and the outcome has three values (fencing token,
-//! depth, expiry) where `LAST_INSERT_ID` carries one. Correctness does not depend on the second
-//! statement: the upsert alone decides, atomically, on the server clock (`NOW(3)`).
-//! One caveat: two *reentrant* acquisitions by the same owner that race each other may see each
-//! other's version and report busy although their level was added; that level then lapses with
-//! its lease.
+//! MySQL 8 has no `RETURNING`, and the outcome has three values (fencing token, depth, expiry)
+//! where `LAST_INSERT_ID` carries one, so it needs the second statement; `open` asks the server
+//! which it is (`VERSION()`). Correctness does not depend on the second statement: the upsert
+//! alone decides, atomically, on the server clock (`NOW(3)`). One caveat on MySQL 8 only: two
+//! *reentrant* acquisitions by the same owner that race each other may see each other's version
+//! and report busy although their level was added; that level then lapses with its lease.
+//! (MariaDB's `RETURNING` reports the row as this statement left it, so it has no such race.)
 //!
 //! **Durability**: `open` reads `innodb_flush_log_at_trx_commit` and refuses any value but 1
 //! (0 and 2 lose the last second of commits in a crash: a held lock granted again, a fencing
@@ -34,7 +36,7 @@ use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Durability, OwnerId, ReleaseOutcome,
-    RenewOutcome, StorageError, Timestamp,
+    RenewOutcome, RenewRequest, StorageError, Timestamp,
 };
 
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, new_version, timestamp};
@@ -61,7 +63,10 @@ const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 pub struct MysqlStorage {
     pool: MySqlPool,
     sql: Arc<Statements>,
+    table: Arc<str>,
     durability: Durability,
+    /// MariaDB (10.5+): the acquisition returns its row (`RETURNING`); MySQL 8 reads it after.
+    returning: bool,
 }
 
 /// Configures and opens a [`MysqlStorage`].
@@ -144,7 +149,15 @@ impl MysqlStorageBuilder {
             )
         });
         let durability = Durability::judge(NAME, problem, self.server.allow_volatile)?;
+        let version: String = query("SELECT VERSION()")
+            .fetch_one(&pool)
+            .await
+            .map_err(err("open"))?
+            .try_get(0)
+            .map_err(err("open"))?;
         Ok(MysqlStorage {
+            table: self.server.table.as_str().into(),
+            returning: version.contains("MariaDB"),
             durability,
             pool,
             sql: Arc::new(sql),
@@ -196,6 +209,7 @@ struct Statements {
     delete: String,
     list: String,
     acquire: String,
+    acquire_returning: String,
     acquired: String,
     renew: String,
     release: String,
@@ -212,6 +226,33 @@ impl Statements {
         // read it back as text. (Statements name the column `{t}.lock_key`: the bare name
         // would mean this text alias, which sorts by a collation, not by bytes.)
         let select = COLUMNS.replacen("lock_key", "CONVERT(lock_key USING utf8mb4) AS lock_key", 1);
+        // What the acquisition reports, in the order `row::acquire_outcome` reads (after the
+        // version): by `RETURNING` on MariaDB, by a second statement on MySQL 8.
+        let outcome = format!(
+            "version, fencing, count, expires_at, holder_host, holder_pid, holder_note, {NOW} AS now_ms"
+        );
+        // key, version, owner, floor key, lease, host, pid, note, reentrant.
+        // The floor is a locking read (`LOCK IN SHARE MODE`, which MySQL 8 and MariaDB both
+        // accept): a sweep raises the floor before it deletes tombstones, so the raise waits
+        // for this statement, and a raise committed before it is seen. A consistent read
+        // could return a floor older than a deletion the insert then relies on, and so
+        // re-issue a token.
+        let acquire = format!(
+            "INSERT INTO {t} ({COLUMNS})
+             SELECT ?, ?, ?, 1,
+                    COALESCE((SELECT f.fencing FROM {t} AS f WHERE f.lock_key = ? LOCK IN SHARE MODE), 0) + 1,
+                    {NOW}, {NOW} + ?, ?, ?, ?
+             ON DUPLICATE KEY UPDATE
+                version = IF(NOT {live} OR (? AND owner = VALUES(owner)), VALUES(version), version),
+                fencing = IF({mine}, IF({live}, fencing, fencing + 1), fencing),
+                acquired_at = IF({mine}, IF({live}, acquired_at, VALUES(acquired_at)), acquired_at),
+                holder_host = IF({mine}, IF({live}, holder_host, VALUES(holder_host)), holder_host),
+                holder_pid = IF({mine}, IF({live}, holder_pid, VALUES(holder_pid)), holder_pid),
+                holder_note = IF({mine}, IF({live}, holder_note, VALUES(holder_note)), holder_note),
+                count = IF({mine}, IF({live}, count + 1, 1), count),
+                expires_at = IF({mine}, GREATEST(expires_at, VALUES(expires_at)), expires_at),
+                owner = IF({mine}, VALUES(owner), owner)"
+        );
         Self {
             create_table: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (
@@ -253,33 +294,9 @@ impl Statements {
                  WHERE {t}.lock_key >= ? AND LOCATE(?, {t}.lock_key) = 1 AND {t}.lock_key > ?
                  ORDER BY {t}.lock_key LIMIT ?"
             ),
-            // key, version, owner, floor key, lease, host, pid, note, reentrant.
-            // The floor is a locking read (`LOCK IN SHARE MODE`, which MySQL 8 and MariaDB both
-            // accept): a sweep raises the floor before it deletes tombstones, so the raise waits
-            // for this statement, and a raise committed before it is seen. A consistent read
-            // could return a floor older than a deletion the insert then relies on, and so
-            // re-issue a token.
-            acquire: format!(
-                "INSERT INTO {t} ({COLUMNS})
-                 SELECT ?, ?, ?, 1,
-                        COALESCE((SELECT f.fencing FROM {t} AS f WHERE f.lock_key = ? LOCK IN SHARE MODE), 0) + 1,
-                        {NOW}, {NOW} + ?, ?, ?, ?
-                 ON DUPLICATE KEY UPDATE
-                    version = IF(NOT {live} OR (? AND owner = VALUES(owner)), VALUES(version), version),
-                    fencing = IF({mine}, IF({live}, fencing, fencing + 1), fencing),
-                    acquired_at = IF({mine}, IF({live}, acquired_at, VALUES(acquired_at)), acquired_at),
-                    holder_host = IF({mine}, IF({live}, holder_host, VALUES(holder_host)), holder_host),
-                    holder_pid = IF({mine}, IF({live}, holder_pid, VALUES(holder_pid)), holder_pid),
-                    holder_note = IF({mine}, IF({live}, holder_note, VALUES(holder_note)), holder_note),
-                    count = IF({mine}, IF({live}, count + 1, 1), count),
-                    expires_at = IF({mine}, GREATEST(expires_at, VALUES(expires_at)), expires_at),
-                    owner = IF({mine}, VALUES(owner), owner)"
-            ),
-            acquired: format!(
-                "SELECT version, fencing, count, expires_at, holder_host, holder_pid, holder_note,
-                        {NOW} AS now_ms
-                 FROM {t} WHERE lock_key = ?"
-            ),
+            acquire_returning: format!("{acquire} RETURNING {outcome}"),
+            acquire,
+            acquired: format!("SELECT {outcome} FROM {t} WHERE lock_key = ?"),
             renew: format!(
                 "UPDATE {t} SET version = ?, expires_at = LAST_INSERT_ID({NOW} + ?)
                  WHERE lock_key = ? AND owner = ? AND count > 0 AND expires_at > {NOW}"
@@ -292,6 +309,47 @@ impl Statements {
             ),
         }
     }
+}
+
+/// A `renew_many` outcome from its `SELECT` row (index, version, expiry): renewed iff the row
+/// carries the batch's version.
+fn renewed_row(
+    key: &str,
+    row: &sqlx::mysql::MySqlRow,
+    version: i64,
+) -> Result<RenewOutcome, StorageError> {
+    let v: i64 = row.try_get(1).map_err(|e| corrupt(key, e))?;
+    if v != version {
+        return Ok(RenewOutcome::NotHeld);
+    }
+    let e: i64 = row.try_get(2).map_err(|e| corrupt(key, e))?;
+    Ok(RenewOutcome::Renewed {
+        expires_at: timestamp(e),
+    })
+}
+
+/// The two statements of `renew_many` for `n` keys: an `UPDATE` joined with the keys (`n` ×
+/// key, owner, lease ms; then the batch's version) and a `SELECT` of their rows (`n` × index,
+/// key).
+fn renew_many_statements(t: &str, n: usize) -> (String, String) {
+    let rows = |first: &str, rest: &str| {
+        std::iter::once(first)
+            .chain(std::iter::repeat_n(rest, n.saturating_sub(1)))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ")
+    };
+    (
+        format!(
+            "UPDATE {t} JOIN ({}) AS r ON {t}.lock_key = r.k AND {t}.owner = r.o
+             SET {t}.version = ?, {t}.expires_at = {NOW} + r.l
+             WHERE {t}.count > 0 AND {t}.expires_at > {NOW}",
+            rows("SELECT ? AS k, ? AS o, ? AS l", "SELECT ?, ?, ?")
+        ),
+        format!(
+            "SELECT r.i, {t}.version, {t}.expires_at FROM ({}) AS r JOIN {t} ON {t}.lock_key = r.k",
+            rows("SELECT ? AS i, ? AS k", "SELECT ?, ?")
+        ),
+    )
 }
 
 /// Tables created by earlier versions had a text key with a PAD SPACE collation: move them to
@@ -323,7 +381,6 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // try_acquire takes two round trips (see the module docs).
         Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_durability(self.durability)
@@ -347,7 +404,12 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
         let (host, pid, note) = holder_params(req.holder.as_deref());
         loop {
             let version = new_version();
-            query(&self.sql.acquire)
+            let statement = if self.returning {
+                &self.sql.acquire_returning
+            } else {
+                &self.sql.acquire
+            };
+            let upsert = query(statement)
                 .bind(key)
                 .bind(version)
                 .bind(req.owner.to_bytes().to_vec())
@@ -356,16 +418,18 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
                 .bind(host)
                 .bind(pid)
                 .bind(note)
-                .bind(req.reentrant)
-                .execute(&self.pool)
-                .await
-                .map_err(err("acquire"))?;
-            let row = query(&self.sql.acquired)
-                .bind(key)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err("acquire"))?;
-            // Deleted in between by a sweep: try again.
+                .bind(req.reentrant);
+            let row = if self.returning {
+                upsert.fetch_optional(&self.pool).await
+            } else {
+                upsert.execute(&self.pool).await.map_err(err("acquire"))?;
+                query(&self.sql.acquired)
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+                    .await
+            }
+            .map_err(err("acquire"))?;
+            // Deleted in between by a sweep (MySQL 8's second statement): try again.
             let Some(r) = row else { continue };
             // The request won iff the row carries its version.
             let won = r.try_get::<i64, _>(0).map_err(|e| corrupt(key, e))? == version;
@@ -394,6 +458,48 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
         } else {
             RenewOutcome::NotHeld
         })
+    }
+
+    /// Two statements per batch (see the module docs); batches are padded to a power of two
+    /// (repeating the last key, which a multi-table `UPDATE` writes once), so at most eight
+    /// statement shapes are prepared per connection.
+    async fn renew_many(
+        &self,
+        renewals: &[RenewRequest<'_>],
+    ) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+        let mut answers = Vec::with_capacity(renewals.len());
+        for batch in renewals.chunks(storage_lock_core::RENEW_BATCH) {
+            let Some(last) = batch.last() else { break };
+            let slots = batch.len().next_power_of_two();
+            let padded = || batch.iter().chain(std::iter::repeat(last)).take(slots);
+            let (update, select) = renew_many_statements(&self.table, slots);
+            let version = new_version();
+            let mut q = query(&update);
+            for r in padded() {
+                q = q.bind(r.key).bind(r.owner.to_bytes().to_vec()).bind(lease_millis(r.lease));
+            }
+            q.bind(version)
+                .execute(&self.pool)
+                .await
+                .map_err(err("renew"))?;
+            let mut q = query(&select);
+            for (i, r) in padded().enumerate() {
+                q = q.bind(i64::try_from(i).unwrap_or(i64::MAX)).bind(r.key);
+            }
+            let rows = q.fetch_all(&self.pool).await.map_err(err("renew"))?;
+            let mut outcome: Vec<Result<RenewOutcome, StorageError>> =
+                batch.iter().map(|_| Ok(RenewOutcome::NotHeld)).collect();
+            for row in rows {
+                let i: i64 = row.try_get(0).map_err(err("renew"))?;
+                let i = usize::try_from(i).unwrap_or(usize::MAX);
+                // Indexes past the batch are padding rows.
+                if let (Some(slot), Some(r)) = (outcome.get_mut(i), batch.get(i)) {
+                    *slot = renewed_row(r.key, &row, version);
+                }
+            }
+            answers.extend(outcome);
+        }
+        Ok(answers)
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {

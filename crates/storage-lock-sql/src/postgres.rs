@@ -13,8 +13,28 @@
 //!   promoted before it received the last commits can grant a lock that was held.
 //! * **Durability**: every connection sets `synchronous_commit = on` (whatever the server, role
 //!   or URL default: a grant acknowledged before its WAL flush and lost in a crash could be
-//!   handed out again, with its fencing token), and `open` refuses a server running with
+//!   handed out again, with its fencing token; releases are the one exception, below), and `open` refuses a server running with
 //!   `fsync = off` unless [`PostgresStorageBuilder::allow_volatile`] (`?durability=volatile`).
+//! * **Releases commit asynchronously** (one WAL flush per acquire + release cycle, not two):
+//!   the release statement sets `synchronous_commit = off` for its own transaction only, while
+//!   acquisitions, renewals and the CAS primitives wait for the flush. Why a release lost in a
+//!   crash is safe:
+//!   1. WAL is replayed in order and a flush writes everything before it, so once *any* later
+//!      synchronous commit returns (another client's acquisition of the key, a sweep, a renewal
+//!      of anything), the release is durable too. The only releases a crash can lose are those
+//!      after the last synchronous commit.
+//!   2. A lost release leaves the record as it was before: held by the releasing owner, with the
+//!      same fencing token and the same expiry (a release never extends a lease). Nobody was
+//!      granted the key on top of it, since such a grant is a synchronous commit after it (1).
+//!      So after the crash the key is simply held until its lease ends, then free: the state a
+//!      holder that crashed without releasing leaves behind, which the lock must tolerate
+//!      anyway. No fencing token goes back (a release never changes one).
+//!   3. A waiter woken by the release's `NOTIFY` (delivered at commit, before the flush) only
+//!      *tries* to acquire; its acquisition is synchronous, so it either commits after the
+//!      release reached disk or fails with the crash.
+//!
+//!   `tests/postgres.rs` checks this on a server of its own stopped with
+//!   `pg_ctl stop -m immediate`.
 //! * Row versions never repeat for a key, so a CAS never confuses a recreated row with an old
 //!   one: the lock statements take the next value of a sequence (`<table>_version`), the CAS
 //!   primitives a random 63-bit number.
@@ -29,7 +49,8 @@ use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, NotificationSource,
-    Notifications, OwnerId, ReleaseOutcome, RenewOutcome, SourceEvent, StorageError, Timestamp,
+    Notifications, OwnerId, ReleaseOutcome, RenewOutcome, RenewRequest, SourceEvent, StorageError,
+    Timestamp,
 };
 
 use crate::naming::validate_table_name;
@@ -184,6 +205,7 @@ struct Statements {
     list: String,
     acquire: String,
     renew: String,
+    renew_many: String,
     release: String,
 }
 
@@ -304,8 +326,20 @@ impl Statements {
                  WHERE lock_key = $1 AND owner = $2 AND count > 0 AND expires_at > {NOW}
                  RETURNING expires_at"
             ),
+            // $1 keys, $2 owners, $3 leases (ms), arrays of one length; one statement, one
+            // statement clock, each row decided on its own.
+            renew_many: format!(
+                "UPDATE {t} AS cur SET version = {next}, expires_at = {NOW} + r.lease
+                 FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS r(lock_key, owner, lease)
+                 WHERE cur.lock_key = r.lock_key AND cur.owner = r.owner AND cur.count > 0
+                   AND cur.expires_at > {NOW}
+                 RETURNING cur.lock_key, cur.expires_at"
+            ),
             // $3 = the notification channel; waiters hear of a key only when it becomes free,
             // and only if one said it waits.
+            // The release commits without waiting for its WAL flush (`set_config(…, true)` is
+            // transaction-local, and the implicit transaction reads it at commit): see
+            // "Releases commit asynchronously" in the module docs for why that is safe.
             release: format!(
                 "WITH upd AS (
                     UPDATE {t} SET version = {next}, count = count - 1,
@@ -314,7 +348,8 @@ impl Statements {
                     RETURNING count, waiters
                  )
                  SELECT count,
-                        CASE WHEN count = 0 AND waiters THEN (SELECT 1 FROM pg_notify($3, $1)) ELSE 0 END AS notified
+                        CASE WHEN count = 0 AND waiters THEN (SELECT 1 FROM pg_notify($3, $1)) ELSE 0 END AS notified,
+                        set_config('synchronous_commit', 'off', true) AS async_commit
                    FROM upd"
             ),
         }
@@ -455,6 +490,35 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             .await
             .map_err(err("renew"))?;
         crate::row::renew_outcome(key, row.as_ref())
+    }
+
+    /// One `UPDATE … FROM unnest(…) RETURNING` for all the keys.
+    async fn renew_many(
+        &self,
+        renewals: &[RenewRequest<'_>],
+    ) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = renewals.iter().map(|r| r.key).collect();
+        let owners: Vec<Vec<u8>> = renewals.iter().map(|r| r.owner.to_bytes().to_vec()).collect();
+        let leases: Vec<i64> = renewals.iter().map(|r| lease_millis(r.lease)).collect();
+        let rows = query(&self.sql.renew_many)
+            .bind(&keys)
+            .bind(&owners)
+            .bind(&leases)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(err("renew"))?;
+        let mut renewed = std::collections::HashMap::with_capacity(rows.len());
+        for r in &rows {
+            let key: String = r.try_get(0).map_err(err("renew"))?;
+            renewed.insert(key, r);
+        }
+        Ok(renewals
+            .iter()
+            .map(|r| crate::row::renew_outcome_at(r.key, renewed.get(r.key).copied(), 1))
+            .collect())
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {

@@ -211,12 +211,27 @@ where
     usize: ColumnIndex<R>,
     i64: Decode<'r, R::Database> + Type<R::Database>,
 {
+    renew_outcome_at(key, row, 0)
+}
+
+/// [`renew_outcome`] with the expiry in column `column`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn renew_outcome_at<'r, R>(
+    key: &str,
+    row: Option<&'r R>,
+    column: usize,
+) -> Result<storage_lock_core::RenewOutcome, StorageError>
+where
+    R: Row,
+    usize: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+{
     Ok(match row {
         Some(r) => storage_lock_core::RenewOutcome::Renewed {
             expires_at: Timestamp::from_millis(stored_u64(
                 key,
                 "expires_at",
-                r.try_get(0).map_err(|e| corrupt(key, e))?,
+                r.try_get(column).map_err(|e| corrupt(key, e))?,
             )?),
         },
         None => storage_lock_core::RenewOutcome::NotHeld,

@@ -30,7 +30,7 @@ use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Clock, Durability, OwnerId, ReleaseOutcome,
-    RenewOutcome, StorageError, SystemClock, TimeSource, Timestamp, boot_time,
+    RenewOutcome, RenewRequest, StorageError, SystemClock, TimeSource, Timestamp, boot_time,
 };
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
@@ -502,6 +502,33 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             .await
             .map_err(err("renew"))?;
         crate::row::renew_outcome(key, row.as_ref())
+    }
+
+    /// The renewal statement for every key inside one transaction (one commit, one reading of
+    /// the clock).
+    async fn renew_many(
+        &self,
+        renewals: &[RenewRequest<'_>],
+    ) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = millis(self.clock.now());
+        let mut tx = self.pool.begin().await.map_err(err("renew"))?;
+        let mut answers = Vec::with_capacity(renewals.len());
+        for r in renewals {
+            let row = query(&self.sql.renew)
+                .bind(r.key)
+                .bind(&r.owner.to_bytes()[..])
+                .bind(now)
+                .bind(now.saturating_add(lease_millis(r.lease)))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(err("renew"))?;
+            answers.push(crate::row::renew_outcome(r.key, row.as_ref()));
+        }
+        tx.commit().await.map_err(err("renew"))?;
+        Ok(answers)
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
