@@ -4,7 +4,8 @@
 //!   Redis `TIME` inside the script; `get`/`create`/`update`/`delete` are one command or script.
 //! * Fencing tokens live in the record, which never expires (a released lock is a tombstone), so
 //!   they survive release and lease expiry; sweeps raise a floor record first.
-//! * Release `PUBLISH`es the key on a channel; each storage keeps **one** pub/sub connection,
+//! * A release that frees a key a busy acquisition marked `PUBLISH`es the key on a channel
+//!   (unmarked releases publish nothing); each storage keeps **one** pub/sub connection,
 //!   multiplexed over all waiting keys and re-established after a connection loss.
 //! * Commands go through a [`ConnectionManager`] that reconnects by itself; while Redis is
 //!   unreachable, operations fail fast, so held handles turn lost at their local deadline

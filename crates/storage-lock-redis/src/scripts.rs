@@ -52,13 +52,15 @@ return 1";
 
 /// KEYS = record, floor record; ARGV = version, owner, lease ms, reentrant, has_holder, host,
 /// pid, has_note, note. Returns `{1, fencing, count, expires_at}` when acquired, else
-/// `{0, expires_at, now, host, pid, note}` (the holder's).
+/// `{0, expires_at, now, host, pid, note}` (the holder's). A busy answer marks the record
+/// (field `w`): only the release of a marked record publishes (see [`release`]). A new hold
+/// starts unmarked.
 pub(crate) fn acquire() -> String {
     format!(
         "{PRELUDE}
 local now = now_ms()
 local exp = now + tonumber(ARGV[3])
-local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'f', 'e', 'hh', 'hn')
+local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'f', 'e', 'hh', 'hn', 'w')
 local fencing
 if r[2] then
   local count, e = tonumber(r[2]), tonumber(r[4])
@@ -70,6 +72,7 @@ if r[2] then
       redis.call('HSET', KEYS[1], 'v', ARGV[1], 'c', count, 'e', exp)
       return {{1, fencing, count, exp}}
     end
+    if not r[7] then redis.call('HSET', KEYS[1], 'w', 1) end
     local h = redis.call('HMGET', KEYS[1], 'hh', 'hp', 'hn')
     return {{0, e, now, h[1] or false, h[2] or false, h[3] or false}}
   end
@@ -89,6 +92,7 @@ else
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp)
   if r[5] then redis.call('HDEL', KEYS[1], 'hh', 'hp', 'hn') end
 end
+if r[7] then redis.call('HDEL', KEYS[1], 'w') end
 return {{1, fencing, 1, exp}}"
     )
 }
@@ -130,19 +134,24 @@ return out"
     )
 }
 
-/// KEYS[1]; ARGV = version, owner, channel, key. Returns the levels left (publishing the key on
-/// the channel when the lock becomes free), or -1 if not held by the owner.
+/// KEYS[1]; ARGV = version, owner, channel, key. Returns the levels left, or -1 if not held by
+/// the owner. When the lock becomes free and a busy acquisition marked the record (`w`), it
+/// publishes the key on the channel and clears the mark; an unmarked release publishes nothing
+/// (nobody waits for it: a waiter arms its subscription *before* the attempt that marks).
 pub(crate) fn release() -> String {
     format!(
         "{PRELUDE}
-local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'e')
+local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'e', 'w')
 if r[1] ~= ARGV[2] or tonumber(r[2] or '0') <= 0 then return -1 end
 local c = tonumber(r[2]) - 1
 if c == 0 then
   local now, e = now_ms(), tonumber(r[3])
   if now < e then e = now end
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'c', 0, 'e', e)
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  if r[4] then
+    redis.call('HDEL', KEYS[1], 'w')
+    redis.call('PUBLISH', ARGV[3], ARGV[4])
+  end
 else
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'c', c)
 end

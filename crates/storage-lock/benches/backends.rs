@@ -119,6 +119,79 @@ where
     common::percentiles(s).0
 }
 
+/// The durable-row baseline: a hand-written lock on the engine's own table, one statement per
+/// step, both commits synchronous (the session default): an upsert that takes a free or
+/// expired row with the next fencing token, and an update that frees it.
+const DURABLE_ACQUIRE: &str = "INSERT INTO storage_lock_bench AS cur
+        (lock_key, version, owner, count, fencing, acquired_at, expires_at)
+    VALUES ($1, 1, $2, 1, 1, 0, (extract(epoch from now()) * 1000)::bigint + 30000)
+    ON CONFLICT (lock_key) DO UPDATE SET version = cur.version + 1, owner = EXCLUDED.owner,
+        count = 1, fencing = cur.fencing + 1, expires_at = EXCLUDED.expires_at
+    WHERE cur.count = 0 OR cur.expires_at < (extract(epoch from now()) * 1000)::bigint
+    RETURNING fencing";
+const DURABLE_RELEASE: &str = "UPDATE storage_lock_bench SET version = version + 1, count = 0
+    WHERE lock_key = $1 AND owner = $2 AND count > 0";
+
+/// Renewing [`RENEWED`] held keys: one `renew_many` call against one `renew` per key (all of
+/// them concurrently, up to the pool), the storage calls the watchdog makes per period.
+const RENEWED: usize = storage_lock::RENEW_BATCH;
+
+async fn renew_batch_row(backend: &str, locks: &StorageLock) {
+    use storage_lock::{RenewRequest, Storage};
+    let storage = locks.storage().clone();
+    let owner = storage_lock::OwnerId::random();
+    let tag = std::process::id();
+    let keys: Vec<String> = (0..RENEWED).map(|i| format!("renew-{tag}-{i}")).collect();
+    let req = storage_lock::AcquireRequest {
+        owner,
+        lease: Duration::from_secs(60),
+        holder: None,
+        reentrant: false,
+    };
+    for k in &keys {
+        storage.acquire_once(k, &req).await.unwrap();
+    }
+    let lease = Duration::from_secs(60);
+    let requests: Vec<RenewRequest<'_>> = keys
+        .iter()
+        .map(|k| RenewRequest {
+            key: k,
+            owner,
+            lease,
+        })
+        .collect();
+    let time = |batched: bool| {
+        let (storage, requests) = (storage.clone(), &requests);
+        async move {
+            let mut s = Vec::new();
+            for _ in 0..30 {
+                let t = Instant::now();
+                if batched {
+                    let answers = storage.renew_many(requests).await.unwrap();
+                    assert!(answers.iter().all(|a| a.is_ok()));
+                } else {
+                    let calls = requests
+                        .iter()
+                        .map(|r| storage.renew(r.key, r.owner, r.lease));
+                    futures_util::future::try_join_all(calls).await.unwrap();
+                }
+                s.push(t.elapsed());
+            }
+            common::percentiles(s).0
+        }
+    };
+    let (batched, single) = (time(true).await, time(false).await);
+    println!(
+        "| {backend}: renew {RENEWED} held keys | `renew_many` p50 {} ms | {RENEWED} × `renew` (concurrent) p50 {} ms | **{:.1}×** faster |",
+        ms(batched),
+        ms(single),
+        single.as_secs_f64() / batched.as_secs_f64()
+    );
+    for k in &keys {
+        storage.release(k, owner).await.unwrap();
+    }
+}
+
 async fn postgres(url: &str) {
     let locks = connect(&format!("{url}?table=storage_lock_bench"))
         .await
@@ -151,22 +224,36 @@ async fn postgres(url: &str) {
         })
         .await;
         row("PostgreSQL", clients, &engine, "advisory lock", &raw);
-        // For scale only (not a supported setting: see BENCHMARKS.md): the same engine without
-        // waiting for the WAL flush at commit, the one cost advisory locks do not pay.
-        let nosync = connect(&format!(
-            "{url}?table=storage_lock_bench&options[synchronous_commit]=off"
-        ))
-        .await
-        .unwrap();
-        let engine_nosync = measure(clients, engine_op(nosync)).await;
+        let p = pool.clone();
+        let durable = measure(clients, move |c| {
+            let p = p.clone();
+            async move {
+                let key = format!("durable-row-{c}");
+                let taken: Option<i64> = sqlx::query_scalar(DURABLE_ACQUIRE)
+                    .bind(&key)
+                    .bind(&[7u8; 16][..])
+                    .fetch_optional(&p)
+                    .await
+                    .unwrap();
+                assert!(taken.is_some());
+                sqlx::query(DURABLE_RELEASE)
+                    .bind(&key)
+                    .bind(&[7u8; 16][..])
+                    .execute(&p)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
         row(
-            "PostgreSQL, synchronous_commit=off",
+            "PostgreSQL",
             clients,
-            &engine_nosync,
-            "advisory lock",
-            &raw,
+            &engine,
+            "durable row (upsert + update)",
+            &durable,
         );
     }
+    renew_batch_row("PostgreSQL", &locks).await;
     let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
     let p = pool.clone();
     let rtt = rtt(move || {
@@ -217,6 +304,7 @@ async fn mysql(url: &str) {
         .await;
         row("MariaDB", clients, &engine, "GET_LOCK", &raw);
     }
+    renew_batch_row("MariaDB", &locks).await;
     let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
     let p = pool.clone();
     let rtt = rtt(move || {
@@ -286,6 +374,7 @@ async fn redis_bench(url: &str) {
         .await;
         row("Redis", clients, &engine, "rslock", &peer);
     }
+    renew_batch_row("Redis", &locks).await;
     let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
     let c2 = conn.clone();
     let rtt = rtt(move || {
