@@ -30,6 +30,8 @@ mod row;
 mod server;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "sqlite")]
+mod wake;
 
 #[cfg(feature = "mysql")]
 pub use mysql::{MysqlStorage, MysqlStorageBuilder};

@@ -17,7 +17,21 @@
 //!   can give two holders. An injected [`SqliteStorageBuilder::clock`] replaces all of this.
 //!   The lock is **not** safe on a network file system (NFS locking and clocks are not what
 //!   SQLite and this crate assume).
-//! * No change notifications: waiters back off with jitter, bounded by the holder's expiry.
+//! * **Releases commit without syncing** (`synchronous = NORMAL` on the connections that only
+//!   release), so a cycle waits for one sync, not two. A release lost in a power failure is
+//!   safe: the WAL is recovered as a prefix (frames are checksummed in a chain; recovery stops
+//!   at the first bad one) and every synced commit syncs the whole file before it, so a lost
+//!   release means no later synced commit survived either: nobody was granted the key on top
+//!   of it. The record is then the hold as it was (same owner, token and expiry), held until
+//!   its lease ends (and the first opener after the reboot ends it at once, see *Time*): what a
+//!   holder that crashed without releasing leaves, which the lock tolerates anyway. Fencing
+//!   tokens never go back (a release never changes one). Acquisitions, renewals and the CAS
+//!   primitives stay `FULL`.
+//! * **Hand-off across processes**: a release that frees a key writes one byte into a file of a
+//!   directory next to the database (`<file>-wake/`), which the waiting processes watch
+//!   (inotify on Linux): a waiter in another process re-checks within a millisecond instead of
+//!   backing off. Where the directory cannot be created or watched, waiters back off with
+//!   jitter, bounded by the holder's expiry (see `wake.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,12 +43,14 @@ use sqlx::sqlite::{
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Clock, Durability, OwnerId, ReleaseOutcome,
-    RenewOutcome, RenewRequest, StorageError, SystemClock, TimeSource, Timestamp, boot_time,
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock, Durability, OwnerId,
+    ReleaseOutcome, RenewOutcome, RenewRequest, StorageError, SystemClock, TimeSource, Timestamp,
+    boot_time,
 };
 
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, millis, stored_u32, stored_u64};
+use crate::wake::Wake;
 
 const NAME: &str = "sqlite";
 
@@ -42,10 +58,15 @@ const NAME: &str = "sqlite";
 #[derive(Debug, Clone)]
 pub struct SqliteStorage {
     pool: SqlitePool,
+    /// Connections for releases only, committing without waiting for the WAL to reach the disk
+    /// (`synchronous = NORMAL`; see the module docs for why that is safe).
+    release_pool: SqlitePool,
     sql: Arc<Statements>,
     clock: Arc<dyn Clock>,
     time_source: TimeSource,
     durability: Durability,
+    /// Cross-process wake-ups (`None` where they could not be set up: waiters back off).
+    wake: Option<Arc<Wake>>,
 }
 
 /// Configures and opens a [`SqliteStorage`].
@@ -198,6 +219,12 @@ impl SqliteStorageBuilder {
                 }
             }
         };
+        // Releases: the same file, commits not synced (the next synced commit carries them).
+        let release_pool = SqlitePoolOptions::new()
+            .max_connections(2)
+            .connect_with(options.clone().synchronous(SqliteSynchronous::Normal))
+            .await
+            .map_err(|e| StorageError::backend(NAME, "open", format!("{}: {e}", path.display())))?;
         let clock = match self.time_source {
             TimeSource::Injected => self.clock,
             _ => match boot_clock(&pool, &sql).await? {
@@ -206,6 +233,8 @@ impl SqliteStorageBuilder {
             },
         };
         Ok(SqliteStorage {
+            wake: Wake::open(&path),
+            release_pool,
             pool,
             sql: Arc::new(sql),
             clock,
@@ -436,8 +465,16 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
     fn capabilities(&self) -> Capabilities {
         Capabilities::linearizable()
             .with_conditional_delete(true)
+            .with_change_notifications(self.wake.is_some())
             .with_time_source(self.time_source)
             .with_durability(self.durability)
+    }
+
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        Ok(match &self.wake {
+            Some(wake) => wake.arm(key).await,
+            None => ChangeWait::unsupported(),
+        })
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
@@ -536,9 +573,13 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             .bind(key)
             .bind(&owner.to_bytes()[..])
             .bind(millis(self.clock.now()))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.release_pool)
             .await
             .map_err(err("release"))?;
-        crate::row::release_outcome(key, row.as_ref())
+        let outcome = crate::row::release_outcome(key, row.as_ref())?;
+        if let (ReleaseOutcome::Released { remaining: 0 }, Some(wake)) = (&outcome, &self.wake) {
+            wake.signal(key);
+        }
+        Ok(outcome)
     }
 }}

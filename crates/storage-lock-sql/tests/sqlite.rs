@@ -131,3 +131,41 @@ async fn holds_from_an_earlier_boot_are_over() {
         "{next:?}"
     );
 }
+
+/// A release in one storage (as in one process) wakes a waiter armed on another storage of the
+/// same file (another process), through the `-wake` directory next to the file: the armed
+/// notification completes although the two share nothing in memory. Without the wake-up it
+/// would never complete (the waiter would back off instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_of_another_storage_on_the_same_file() {
+    use std::time::Duration;
+    use storage_lock_core::{AcquireOutcome, AcquireRequest, OwnerId, Storage};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let (holder, waiter) = (
+        SqliteStorage::open(&path).await.unwrap(),
+        SqliteStorage::open(&path).await.unwrap(),
+    );
+    assert!(waiter.capabilities().change_notifications);
+    assert!(dir.path().join("locks.db-wake").is_dir());
+    let owner = OwnerId::random();
+    let req = AcquireRequest {
+        owner,
+        lease: Duration::from_secs(30),
+        holder: None,
+        reentrant: false,
+    };
+    for key in ["a", "jobs/7", "b"] {
+        assert!(matches!(
+            holder.acquire_once(key, &req).await.unwrap(),
+            AcquireOutcome::Acquired { .. }
+        ));
+        let armed = waiter.wait_for_change(key).await.unwrap();
+        assert!(armed.is_supported());
+        holder.release(key, owner).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), armed.changed())
+            .await
+            .unwrap_or_else(|_| panic!("the release of {key:?} did not wake the other storage"));
+    }
+}

@@ -95,6 +95,18 @@ impl Waiters {
         }
     }
 
+    /// Wakes the waiters of every key in `bucket` (see [`key_bucket`]), for sources that can
+    /// only say which bucket changed.
+    pub fn wake_bucket(&self, bucket: u8) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.retain(|key, tx| {
+            if key_bucket(key) == bucket {
+                tx.send_replace(());
+            }
+            tx.receiver_count() > 0
+        });
+    }
+
     /// Wakes every waiter (they re-check the storage) and drops keys nobody waits for.
     pub fn wake_all(&self) {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
@@ -105,12 +117,33 @@ impl Waiters {
     }
 }
 
+/// The bucket of `key` among 256 (FNV-1a of its bytes, low byte), for notification channels
+/// that cannot carry a key: the same in every process and every version of this crate (it is
+/// part of the cross-process protocol of such backends).
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::storage::key_bucket;
+/// assert_eq!(key_bucket("jobs/7"), key_bucket("jobs/7"));
+/// assert_eq!(key_bucket(""), 0x25); // FNV-1a offset basis, low byte
+/// ```
+pub fn key_bucket(key: &str) -> u8 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.to_le_bytes()[0]
+}
+
 /// What a [`NotificationSource`] heard next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SourceEvent {
     /// The record under this key changed.
     Changed(String),
+    /// A record under some key of this bucket changed (see [`key_bucket`]).
+    ChangedBucket(u8),
     /// Notifications may have been missed (an undecodable message, a reconnect inside the
     /// driver): every waiter re-checks.
     MayHaveMissed,
@@ -218,6 +251,7 @@ async fn listen<N: NotificationSource>(source: Arc<N>, shared: Arc<HubShared>) {
         loop {
             match source.next(&mut conn).await {
                 SourceEvent::Changed(key) => shared.waiters.wake(&key),
+                SourceEvent::ChangedBucket(b) => shared.waiters.wake_bucket(b),
                 SourceEvent::MayHaveMissed => shared.waiters.wake_all(),
                 SourceEvent::Disconnected => {
                     shared.ready.send_replace(false);
