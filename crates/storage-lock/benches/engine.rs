@@ -46,9 +46,13 @@ fn sqlite(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let mut g = c.benchmark_group("sqlite_acquire_release");
     g.measurement_time(Duration::from_secs(5));
-    let raw = rt.block_on(common::RawSqlite::open(&dir.path().join("raw.db")));
+    let raw = rt.block_on(common::RawSqlite::open(&dir.path().join("raw.db"), false));
     g.bench_function("raw_insert_delete", |b| {
         b.to_async(&rt).iter(|| raw.cycle("bench"))
+    });
+    let synced = rt.block_on(common::RawSqlite::open(&dir.path().join("synced.db"), true));
+    g.bench_function("raw_insert_delete_synced", |b| {
+        b.to_async(&rt).iter(|| synced.cycle("bench"))
     });
     let locks = rt.block_on(async {
         StorageLock::new(

@@ -38,13 +38,19 @@ pub struct RawSqlite {
 }
 
 impl RawSqlite {
-    pub async fn open(path: &std::path::Path) -> Self {
+    /// A hand-written lock table in WAL mode; `synced`: every commit waits for the disk
+    /// (`synchronous = FULL`, as the engine's acquisitions do), else `NORMAL`.
+    pub async fn open(path: &std::path::Path, synced: bool) -> Self {
         use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal);
+            .synchronous(if synced {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            });
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(opts)
