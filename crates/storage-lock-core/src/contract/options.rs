@@ -97,6 +97,11 @@ impl AcquireOptions {
     /// Sets [`Self::auto_renew`]: a watchdog renews the hold every `every` (must be shorter
     /// than the lease; a third of it leaves two retries before the local deadline).
     ///
+    /// On a [`crate::StorageLock`], the watchdogs of all its handles renew together: renewals
+    /// fall on a grid of an eighth of their period (so a hold is renewed up to that much
+    /// early) and reach the storage as [`crate::Storage::renew_many`] calls of up to
+    /// [`crate::RENEW_BATCH`] keys; each hold still stays fail-closed on its own.
+    ///
     /// # Examples
     /// ```
     /// use std::time::Duration;
