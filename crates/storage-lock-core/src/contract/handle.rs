@@ -64,7 +64,7 @@ impl LockHandle {
     /// # Examples
     /// See [`HoldIo`].
     pub fn start(grant: HoldGrant, io: impl HoldIo) -> Self {
-        Self::from_runtime(HoldRuntime::start(grant, io))
+        Self::from_runtime(HoldRuntime::start(grant, io, None))
     }
 
     /// The lock name given at acquisition (not the storage key).

@@ -104,7 +104,11 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         sent_at: granted.sent_at,
                         auto_renew: options.auto_renew,
                     };
-                    LockHandle::from_runtime(HoldRuntime::start(grant, backend))
+                    LockHandle::from_runtime(HoldRuntime::start(
+                        grant,
+                        backend,
+                        Some(&self.shared.watchdogs),
+                    ))
                 });
             match built {
                 Ok(handle) => {

@@ -66,6 +66,8 @@ pub(crate) struct EngineShared {
     pub(crate) resumes: owned::Resumes,
     /// The batcher the watchdogs of this engine's handles renew through.
     pub(crate) renewals: renewals::Renewals,
+    /// The watchdogs of this engine's auto-renewed handles, on one timer structure.
+    pub(crate) watchdogs: runtime::Watchdogs,
 }
 
 impl<S: Storage + ?Sized> Clone for StorageLock<S> {
@@ -308,6 +310,7 @@ impl<S: Storage + ?Sized> StorageLockBuilder<S> {
                 events: events::Events::new(),
                 resumes: owned::Resumes::default(),
                 renewals: renewals::Renewals::default(),
+                watchdogs: runtime::Watchdogs::default(),
             }),
         })
     }

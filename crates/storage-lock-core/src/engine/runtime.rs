@@ -351,46 +351,239 @@ fn aligned(at: Instant, every: Duration) -> Instant {
     at.checked_sub(Duration::from_nanos(back)).unwrap_or(at)
 }
 
-/// Renews every `every` (on a shared grid: see [`aligned`]); on storage errors retries quickly
-/// until the local deadline, then the deadline check turns the handle lost. Ends when the handle
-/// is released or lost.
+/// What a watchdog does next (see [`HoldRuntime::watch_step`]).
+enum Step {
+    /// The hold ended (released or lost): stop watching.
+    Stop,
+    /// Nothing to do before the next renewal or the local deadline.
+    Wait {
+        next: Instant,
+        deadline: BootInstant,
+    },
+    /// Renew now.
+    Renew,
+}
+
+impl HoldRuntime {
+    /// The watchdog's decision now, its next renewal being due at `next`.
+    fn watch_step(&self, next: Instant) -> Step {
+        if self.release_started.load(Ordering::Acquire) || self.check_deadline() {
+            return Step::Stop;
+        }
+        match self.deadline() {
+            None => Step::Stop,
+            Some(deadline) if Instant::now() < next => Step::Wait { next, deadline },
+            Some(_) => Step::Renew,
+        }
+    }
+
+    /// One watchdog renewal: the time of the next one (soon after a failure, to retry before
+    /// the local deadline), or `None` when the watch ends (a renewal still unanswered at the
+    /// local deadline cannot save the hold).
+    async fn watch_renew(&self, every: Duration) -> Option<Instant> {
+        let deadline = self.deadline()?;
+        let left = deadline.saturating_duration_since(BootInstant::now());
+        match tokio::time::timeout(left, self.renew(self.lease, false)).await {
+            Ok(RenewalResult::Renewed { .. }) => Some(aligned(Instant::now() + every, every)),
+            Ok(RenewalResult::Lost) => {
+                Some(Instant::now() + (every / 4).max(Duration::from_millis(5)))
+            }
+            Err(_) => {
+                self.check_deadline();
+                None
+            }
+        }
+    }
+}
+
+/// A watchdog task of its own, for handles of providers outside the engine (the engine's
+/// handles are watched by its [`Watchdogs`]): renews every `every` (on a shared grid: see
+/// [`aligned`]); on storage errors retries quickly until the local deadline, then the deadline
+/// check turns the handle lost. Ends when the handle is released or lost.
 async fn watchdog(shared: Arc<HoldRuntime>, every: Duration) {
-    let retry = (every / 4).max(Duration::from_millis(5));
     let mut next = aligned(Instant::now() + every, every);
     loop {
         let ended = shared.ended.notified();
         tokio::pin!(ended);
         ended.as_mut().enable();
-        let Some(deadline) = shared.deadline() else {
-            return;
+        match shared.watch_step(next) {
+            Step::Stop => return,
+            Step::Wait { next, deadline } => tokio::select! {
+                () = ended => return,
+                () = tokio::time::sleep_until(next.min(wake_for(deadline))) => {}
+            },
+            Step::Renew => match shared.watch_renew(every).await {
+                Some(at) => next = at,
+                None => return,
+            },
+        }
+    }
+}
+
+/// The watchdogs of one engine's auto-renewed handles on **one timer structure** (a binary heap
+/// in one task) instead of a task per handle: ~64 bytes per watched hold instead of a task's
+/// few hundred, and one timer wake-up per due instant instead of one per hold.
+///
+/// * Each entry holds its handle weakly: a dropped handle leaves the heap at its next due time.
+/// * A due renewal runs in a short task of its own (so a slow storage delays nobody else) and
+///   hands the entry back with its next due time; renewals due at the same instant reach the
+///   storage together (see `engine::renewals`).
+/// * Local deadlines: an entry is also due at its hold's local deadline, and every
+///   [`SUSPEND_CHECK`] the scheduler compares the boot clock with tokio's: after a suspend it
+///   re-checks every hold at once (tokio's clock stood still meanwhile).
+/// * The scheduler task starts with the first watched handle, on the runtime that acquires
+///   it, and ends when the engine and all its handles are gone. If that runtime shuts down
+///   first, its holds are no longer renewed and turn lost at their local deadlines (fail-closed);
+///   the next watched handle starts a new scheduler.
+#[derive(Default)]
+pub(crate) struct Watchdogs {
+    tx: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Watch>>>,
+}
+
+struct Watch {
+    /// When to look at the hold again.
+    at: Instant,
+    /// When its next renewal is due.
+    next: Instant,
+    every: Duration,
+    hold: std::sync::Weak<HoldRuntime>,
+}
+
+impl PartialEq for Watch {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+impl Eq for Watch {}
+impl PartialOrd for Watch {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Watch {
+    /// Reversed: the earliest entry is the greatest, on top of the (max-)heap.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.at.cmp(&self.at)
+    }
+}
+
+/// When a scheduled hold must be looked at: its next renewal or its local deadline, on tokio's
+/// clock (suspends are caught by the scheduler's own check).
+fn look_at(next: Instant, deadline: BootInstant) -> Instant {
+    next.min(Instant::now() + deadline.saturating_duration_since(BootInstant::now()))
+}
+
+impl Watchdogs {
+    /// Watches `hold`, renewing it every `every`.
+    pub(crate) fn watch(&self, hold: &Arc<HoldRuntime>, every: Duration) {
+        let next = aligned(Instant::now() + every, every);
+        let at = hold.deadline().map_or(next, |d| look_at(next, d));
+        let mut entry = Watch {
+            at,
+            next,
+            every,
+            hold: Arc::downgrade(hold),
         };
-        tokio::select! {
-            () = ended => return,
-            () = tokio::time::sleep_until(next.min(wake_for(deadline))) => {}
-        }
-        if shared.check_deadline() {
-            return;
-        }
-        if Instant::now() < next {
-            continue;
-        }
-        // A renewal still unanswered at the local deadline cannot save the hold.
-        let left = deadline.saturating_duration_since(BootInstant::now());
-        let renewed = tokio::time::timeout(left, shared.renew(shared.lease, false)).await;
-        next = match renewed {
-            Ok(RenewalResult::Renewed { .. }) => aligned(Instant::now() + every, every),
-            Ok(RenewalResult::Lost) => Instant::now() + retry,
-            Err(_) => {
-                shared.check_deadline();
-                return;
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = tx.as_ref() {
+            match t.send(entry) {
+                Ok(()) => return,
+                // Its runtime is gone: start another.
+                Err(tokio::sync::mpsc::error::SendError(back)) => entry = back,
             }
-        };
+        }
+        let (t, r) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(schedule(t.downgrade(), r));
+        // The receiver was just created and is alive.
+        let _ = t.send(entry);
+        *tx = Some(t);
+    }
+}
+
+async fn schedule(
+    tx: tokio::sync::mpsc::WeakUnboundedSender<Watch>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Watch>,
+) {
+    let mut heap = std::collections::BinaryHeap::<Watch>::new();
+    let (mut tokio_then, mut boot_then) = (Instant::now(), BootInstant::now());
+    loop {
+        let check = tokio_then + SUSPEND_CHECK;
+        let wake = heap.peek().map_or(check, |w| w.at.min(check));
+        tokio::select! {
+            got = rx.recv() => match got {
+                Some(w) => {
+                    heap.push(w);
+                    // A burst of acquisitions: take what is queued in one go.
+                    while let Ok(w) = rx.try_recv() {
+                        heap.push(w);
+                    }
+                }
+                None => return, // the engine and every handle that could come back are gone
+            },
+            () = tokio::time::sleep_until(wake) => {}
+        }
+        let (tokio_now, boot_now) = (Instant::now(), BootInstant::now());
+        if tokio_now >= check {
+            let tokio_passed = tokio_now.saturating_duration_since(tokio_then);
+            let boot_passed = boot_now.saturating_duration_since(boot_then);
+            let suspended = boot_passed > tokio_passed + Duration::from_millis(100);
+            (tokio_then, boot_then) = (tokio_now, boot_now);
+            if suspended {
+                // Every local deadline may have passed: look at every hold now.
+                let all = std::mem::take(&mut heap);
+                for w in all {
+                    visit(w, &mut heap, &tx);
+                }
+                continue;
+            }
+        }
+        while heap.peek().is_some_and(|w| w.at <= tokio_now) {
+            if let Some(w) = heap.pop() {
+                visit(w, &mut heap, &tx);
+            }
+        }
+    }
+}
+
+/// Looks at one due entry: drops it, puts it back for later, or starts its renewal.
+fn visit(
+    w: Watch,
+    heap: &mut std::collections::BinaryHeap<Watch>,
+    tx: &tokio::sync::mpsc::WeakUnboundedSender<Watch>,
+) {
+    let Some(hold) = w.hold.upgrade() else { return };
+    match hold.watch_step(w.next) {
+        Step::Stop => {}
+        Step::Wait { next, deadline } => heap.push(Watch {
+            at: look_at(next, deadline),
+            ..w
+        }),
+        Step::Renew => {
+            let Some(tx) = tx.upgrade() else { return };
+            tokio::spawn(async move {
+                if let Some(next) = hold.watch_renew(w.every).await
+                    && let Some(deadline) = hold.deadline()
+                {
+                    let _ = tx.send(Watch {
+                        at: look_at(next, deadline),
+                        next,
+                        every: w.every,
+                        hold: w.hold,
+                    });
+                }
+            });
+        }
     }
 }
 
 impl HoldRuntime {
-    /// Starts the runtime of a granted hold (and its watchdog, with auto-renew).
-    pub(crate) fn start(grant: HoldGrant, backend: impl HoldIo) -> Arc<HoldRuntime> {
+    /// Starts the runtime of a granted hold (and its watchdog, with auto-renew: a task of its
+    /// own, or an entry in `watchdogs`).
+    pub(crate) fn start(
+        grant: HoldGrant,
+        backend: impl HoldIo,
+        watchdogs: Option<&Watchdogs>,
+    ) -> Arc<HoldRuntime> {
         let deadline = local_deadline(grant.sent_at, grant.lease);
         let shared: Arc<HoldRuntime> = Arc::new(HoldRuntime {
             name: grant.name,
@@ -409,8 +602,13 @@ impl HoldRuntime {
             backend,
         });
         if let Some(every) = grant.auto_renew {
-            shared.timer_started.store(true, Ordering::Relaxed);
-            tokio::spawn(watchdog(shared.clone(), every));
+            match watchdogs {
+                Some(w) => w.watch(&shared, every),
+                None => {
+                    shared.timer_started.store(true, Ordering::Relaxed);
+                    tokio::spawn(watchdog(shared.clone(), every));
+                }
+            }
         }
         shared
     }
@@ -543,6 +741,35 @@ mod tests {
 
     use crate::clock::suspend::sleep_machine;
     use crate::{AcquireOptions, MemoryStorage, StorageLock, Wait};
+
+    /// An auto-renewed hold (watched by the engine's one timer structure, not a task of its
+    /// own) whose machine was suspended past its lease is found lost by the scheduler within
+    /// [`super::SUSPEND_CHECK`], without anyone asking the handle: its `Lost` event arrives.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_watchdog_scheduler_notices_a_suspend() {
+        use crate::LockEventKind;
+        let locks = StorageLock::new(MemoryStorage::new()).unwrap();
+        let mut events = locks.subscribe();
+        let opts = AcquireOptions::default()
+            .wait(Wait::Never)
+            .lease(Duration::from_secs(60))
+            .auto_renew(Duration::from_secs(20));
+        let h = locks.try_acquire("watched", &opts).await.unwrap().unwrap();
+        // Let the scheduler take the entry, then "suspend" for 2 minutes.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        sleep_machine(Duration::from_secs(120));
+        let lost = tokio::time::timeout(super::SUSPEND_CHECK + Duration::from_millis(500), async {
+            loop {
+                let e = events.recv().await.unwrap();
+                if e.kind == LockEventKind::Lost {
+                    return e;
+                }
+            }
+        })
+        .await
+        .expect("the scheduler must find the hold lost within SUSPEND_CHECK of the resume");
+        assert_eq!(lost.fencing_token, Some(h.fencing_token()));
+    }
 
     /// A holder whose machine was suspended past its lease wakes knowing it lost the lock:
     /// tokio's monotonic clock stood still, so a deadline kept on it would still be ahead.
