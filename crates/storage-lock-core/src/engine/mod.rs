@@ -330,3 +330,16 @@ impl<S: Storage + ?Sized> DistributedLock for StorageLock<S> {
         self.acquire_handle(name, options).await
     }
 }
+
+#[cfg(all(test, target_pointer_width = "64"))]
+mod size {
+    /// A held lock's handle is one allocation of this (plus the key); `benches/holds.rs`
+    /// measures the whole cost per hold. Guards against fields creeping back in.
+    #[test]
+    fn a_handle_stays_small() {
+        let handle = std::mem::size_of::<
+            super::runtime::HoldRuntime<super::hold::EngineHold<crate::MemoryStorage>>,
+        >();
+        assert!(handle <= 240, "HoldRuntime<EngineHold> is {handle} bytes");
+    }
+}

@@ -92,11 +92,10 @@ pub(crate) struct HoldRuntime<B: ?Sized = dyn HoldIo> {
     fencing: u64,
     lease: Duration,
     state: Mutex<State>,
-    /// Wakes `lost()` futures when the handle turns lost.
-    lost: Notify,
     /// Created by the first `lost_token()` call only (most handles never need one).
     lost_token: OnceLock<CancellationToken>,
-    /// Wakes the watchdog and the deadline timer when the handle ends (released or lost).
+    /// Wakes `lost()` futures, the watchdog and the deadline timer when the handle ends
+    /// (released or lost); they look at the state to tell which.
     ended: Notify,
     release_started: AtomicBool,
     timer_started: AtomicBool,
@@ -255,7 +254,6 @@ impl HoldRuntime {
             if let Some(token) = self.lost_token.get() {
                 token.cancel();
             }
-            self.lost.notify_waiters();
             self.ended.notify_waiters();
             self.backend.on_lost();
         }
@@ -594,7 +592,6 @@ impl HoldRuntime {
                 expires_at: grant.expires_at,
                 deadline,
             }),
-            lost: Notify::new(),
             lost_token: OnceLock::new(),
             ended: Notify::new(),
             release_started: AtomicBool::new(false),
@@ -654,7 +651,7 @@ impl HoldRuntime {
         let shared = self.clone();
         async move {
             loop {
-                let notified = shared.lost.notified();
+                let notified = shared.ended.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
                 let state = *shared.state();
