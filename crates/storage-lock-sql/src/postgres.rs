@@ -36,8 +36,10 @@
 //!   `tests/postgres.rs` checks this on a server of its own stopped with
 //!   `pg_ctl stop -m immediate`.
 //! * Row versions never repeat for a key, so a CAS never confuses a recreated row with an old
-//!   one: the lock statements take the next value of a sequence (`<table>_version`), the CAS
-//!   primitives a random 63-bit number.
+//!   one: the synchronous lock statements take the next value of a sequence
+//!   (`<table>_version`); the CAS primitives and the (asynchronously committed) release a random
+//!   63-bit number, since a sequence advance lost with an asynchronous commit is handed out
+//!   again after the crash.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -327,22 +329,27 @@ impl Statements {
                  RETURNING expires_at"
             ),
             // $1 keys, $2 owners, $3 leases (ms), arrays of one length; one statement, one
-            // statement clock, each row decided on its own.
+            // statement clock, each row decided on its own. The answer names the *request* it
+            // renewed (its position), so a request for a key another owner holds is never
+            // reported renewed by that owner's row.
             renew_many: format!(
                 "UPDATE {t} AS cur SET version = {next}, expires_at = {NOW} + r.lease
-                 FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS r(lock_key, owner, lease)
+                 FROM unnest($1::text[], $2::bytea[], $3::bigint[])
+                      WITH ORDINALITY AS r(lock_key, owner, lease, i)
                  WHERE cur.lock_key = r.lock_key AND cur.owner = r.owner AND cur.count > 0
                    AND cur.expires_at > {NOW}
-                 RETURNING cur.lock_key, cur.expires_at"
+                 RETURNING r.i, cur.expires_at"
             ),
             // $3 = the notification channel; waiters hear of a key only when it becomes free,
-            // and only if one said it waits.
+            // and only if one said it waits. $4 = a random version, not the sequence's: an
+            // asynchronous commit lost in a crash can take the sequence's advance with it, and
+            // the value would then be handed out again.
             // The release commits without waiting for its WAL flush (`set_config(…, true)` is
             // transaction-local, and the implicit transaction reads it at commit): see
             // "Releases commit asynchronously" in the module docs for why that is safe.
             release: format!(
                 "WITH upd AS (
-                    UPDATE {t} SET version = {next}, count = count - 1,
+                    UPDATE {t} SET version = $4, count = count - 1,
                         expires_at = CASE WHEN count = 1 THEN LEAST(expires_at, {NOW}) ELSE expires_at END
                     WHERE lock_key = $1 AND owner = $2 AND count > 0
                     RETURNING count, waiters
@@ -510,15 +517,17 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             .fetch_all(&self.pool)
             .await
             .map_err(err("renew"))?;
-        let mut renewed = std::collections::HashMap::with_capacity(rows.len());
+        let mut answers: Vec<Result<RenewOutcome, StorageError>> =
+            renewals.iter().map(|_| Ok(RenewOutcome::NotHeld)).collect();
         for r in &rows {
-            let key: String = r.try_get(0).map_err(err("renew"))?;
-            renewed.insert(key, r);
+            let i: i64 = r.try_get(0).map_err(err("renew"))?;
+            // ORDINALITY counts from 1.
+            let i = usize::try_from(i).ok().and_then(|i| i.checked_sub(1));
+            if let Some((slot, req)) = i.and_then(|i| answers.get_mut(i).zip(renewals.get(i))) {
+                *slot = crate::row::renew_outcome_at(req.key, Some(r), 1);
+            }
         }
-        Ok(renewals
-            .iter()
-            .map(|r| crate::row::renew_outcome_at(r.key, renewed.get(r.key).copied(), 1))
-            .collect())
+        Ok(answers)
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
@@ -526,6 +535,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             .bind(key)
             .bind(&owner.to_bytes()[..])
             .bind(&self.sql.channel)
+            .bind(crate::row::new_version())
             .fetch_optional(&self.pool)
             .await
             .map_err(err("release"))?;

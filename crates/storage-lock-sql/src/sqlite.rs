@@ -31,7 +31,8 @@
 //!   directory next to the database (`<file>-wake/`), which the waiting processes watch
 //!   (inotify on Linux): a waiter in another process re-checks within a millisecond instead of
 //!   backing off. Where the directory cannot be created or watched, waiters back off with
-//!   jitter, bounded by the holder's expiry (see `wake.rs`).
+//!   jitter, bounded by the holder's expiry. A key freed without a signal (`force_release`, a
+//!   process of an older version) is noticed by the waiters' 2 s re-check (see `wake.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -233,7 +234,7 @@ impl SqliteStorageBuilder {
             },
         };
         Ok(SqliteStorage {
-            wake: Wake::open(&path),
+            wake: Wake::open(&path).map(Arc::new),
             release_pool,
             pool,
             sql: Arc::new(sql),
@@ -465,7 +466,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
     fn capabilities(&self) -> Capabilities {
         Capabilities::linearizable()
             .with_conditional_delete(true)
-            .with_change_notifications(self.wake.is_some())
+            .with_change_notifications(self.wake.as_ref().is_some_and(|w| w.watches()))
             .with_time_source(self.time_source)
             .with_durability(self.durability)
     }

@@ -369,7 +369,8 @@ pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
 /// `renew_many` answers each key in request order with what `renew` would have answered:
 /// the owner's live holds are extended by their own leases; another owner's hold, a missing
 /// key, a tombstone and an expired hold are `NotHeld`, and none of them keeps the others from
-/// being renewed. An empty call is an empty answer.
+/// being renewed. An empty call is an empty answer. A key asked for by two owners in one call
+/// is renewed for its holder only.
 pub async fn renew_many_decides_each_key_on_its_own<S: Storage>(s: S) {
     let p = unique_prefix("renew_many");
     let (a, b) = (OwnerId::random(), OwnerId::random());
@@ -437,6 +438,43 @@ pub async fn renew_many_decides_each_key_on_its_own<S: Storage>(s: S) {
         assert!(rec.count == 1 && rec.owner == a && rec.is_held_at(s.now().await.unwrap()));
     }
     assert!(s.renew_many(&[]).await.unwrap().is_empty());
+
+    // One key asked for by its holder and by another owner in the same call: only the holder's
+    // request is renewed, whatever the order (an answer must never come from another owner's
+    // row: that would keep a lost hold alive).
+    let k = key(0);
+    for (first, second) in [(b, a), (a, b)] {
+        let both = [
+            RenewRequest {
+                key: &k,
+                owner: first,
+                lease: Duration::from_secs(5),
+            },
+            RenewRequest {
+                key: &k,
+                owner: second,
+                lease: Duration::from_secs(5),
+            },
+        ];
+        let answers: Vec<RenewOutcome> = s
+            .renew_many(&both)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let holder_is_first = first == a;
+        assert_eq!(
+            matches!(answers[0], RenewOutcome::Renewed { .. }),
+            holder_is_first,
+            "{answers:?}"
+        );
+        assert_eq!(
+            matches!(answers[1], RenewOutcome::Renewed { .. }),
+            !holder_is_first,
+            "{answers:?}"
+        );
+    }
 }
 
 /// An expired hold is free: another owner takes it with the next fencing token.

@@ -374,11 +374,13 @@ pub async fn checklist_unsafe_storage_is_refused<S: Storage>(s: S) {
 pub async fn watchdog_keeps_lock_past_several_leases<S: Storage>(s: S) {
     let l = locks(s);
     let name = unique_prefix("watchdog");
-    let lease = Duration::from_millis(300);
+    // Leases short enough to pass several, long enough for a loaded two-core machine (this
+    // case runs next to `watchdog_batches_renewals_of_many_holds`).
+    let lease = Duration::from_millis(600);
     let h = l
         .try_acquire(
             &name,
-            &opts(Wait::Never, lease).auto_renew(Duration::from_millis(100)),
+            &opts(Wait::Never, lease).auto_renew(Duration::from_millis(200)),
         )
         .await
         .unwrap()

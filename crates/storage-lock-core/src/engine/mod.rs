@@ -14,6 +14,7 @@ mod acquire;
 mod events;
 mod hold;
 mod owned;
+mod per_runtime;
 mod reentrant;
 mod renewals;
 pub(crate) mod runtime;

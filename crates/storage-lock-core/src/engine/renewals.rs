@@ -6,18 +6,22 @@
 //! eighth of its period, shared by the whole process (see `runtime::aligned`), so handles with
 //! the same period renew at the same instants; the batcher collects what arrives within
 //! [`LINGER`] of the first request and sends it in one call. Handles renew at most one eighth of
-//! a period early; nothing is ever renewed late because of the batching.
+//! a period early; a renewal waits at most [`LINGER`] for its batch to leave, and then for the
+//! slowest key of the call (one round trip on a backend that overrides `renew_many`; the
+//! default renews the keys of a call concurrently). There is one batcher per engine and tokio
+//! runtime (see `engine::per_runtime`).
 //!
 //! Every key stays fail-closed on its own: each watchdog waits for its own answer only until its
 //! own local deadline, a batch call that fails as a whole fails each of its keys (their
 //! watchdogs retry), and a slow batch never holds up the next one (each call runs in a task of
 //! its own).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::per_runtime::PerRuntime;
 use crate::storage::{OwnerId, RenewOutcome, RenewRequest, Storage, StorageError};
 
 /// The most keys one [`Storage::renew_many`] call of the watchdog carries.
@@ -36,11 +40,11 @@ struct Job {
     reply: Reply,
 }
 
-/// The sending side of an engine's batcher; the batcher task starts with the first renewal
-/// (on the runtime that asks) and ends when the engine and all its handles are gone.
+/// The sending side of an engine's batchers (one per runtime); a batcher task starts with the
+/// first renewal on its runtime and ends when the engine and all its handles are gone.
 #[derive(Default)]
 pub(crate) struct Renewals {
-    tx: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    batchers: PerRuntime<Job>,
 }
 
 impl Renewals {
@@ -73,20 +77,8 @@ impl Renewals {
     }
 
     fn send<S: Storage + ?Sized>(&self, storage: &Arc<S>, job: Job) {
-        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let job = match tx.as_ref() {
-            Some(t) => match t.send(job) {
-                Ok(()) => return,
-                // Its runtime is gone: start another.
-                Err(mpsc::error::SendError(job)) => job,
-            },
-            None => job,
-        };
-        let (t, r) = mpsc::unbounded_channel();
-        tokio::spawn(batcher(storage.clone(), r));
-        // The receiver was just created and is alive.
-        let _ = t.send(job);
-        *tx = Some(t);
+        self.batchers
+            .send(job, |_, rx| batcher(storage.clone(), rx));
     }
 }
 

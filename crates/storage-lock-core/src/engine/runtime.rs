@@ -429,13 +429,13 @@ async fn watchdog(shared: Arc<HoldRuntime>, every: Duration) {
 /// * Local deadlines: an entry is also due at its hold's local deadline, and every
 ///   [`SUSPEND_CHECK`] the scheduler compares the boot clock with tokio's: after a suspend it
 ///   re-checks every hold at once (tokio's clock stood still meanwhile).
-/// * The scheduler task starts with the first watched handle, on the runtime that acquires
-///   it, and ends when the engine and all its handles are gone. If that runtime shuts down
-///   first, its holds are no longer renewed and turn lost at their local deadlines (fail-closed);
-///   the next watched handle starts a new scheduler.
+/// * One scheduler per engine and tokio runtime (see `engine::per_runtime`): a hold is
+///   watched on the runtime that acquired it. The scheduler ends when the engine and all its
+///   handles are gone; if its runtime shuts down first, its holds are no longer renewed and
+///   turn lost at their local deadlines (fail-closed), as a task per handle would.
 #[derive(Default)]
 pub(crate) struct Watchdogs {
-    tx: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Watch>>>,
+    schedulers: super::per_runtime::PerRuntime<Watch>,
 }
 
 struct Watch {
@@ -476,25 +476,13 @@ impl Watchdogs {
     pub(crate) fn watch(&self, hold: &Arc<HoldRuntime>, every: Duration) {
         let next = aligned(Instant::now() + every, every);
         let at = hold.deadline().map_or(next, |d| look_at(next, d));
-        let mut entry = Watch {
+        let entry = Watch {
             at,
             next,
             every,
             hold: Arc::downgrade(hold),
         };
-        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = tx.as_ref() {
-            match t.send(entry) {
-                Ok(()) => return,
-                // Its runtime is gone: start another.
-                Err(tokio::sync::mpsc::error::SendError(back)) => entry = back,
-            }
-        }
-        let (t, r) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(schedule(t.downgrade(), r));
-        // The receiver was just created and is alive.
-        let _ = t.send(entry);
-        *tx = Some(t);
+        self.schedulers.send(entry, schedule);
     }
 }
 

@@ -110,7 +110,7 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     /// coalesces the renewals of all its auto-renewed handles into calls of this method (at most
     /// [`crate::RENEW_BATCH`] keys each).
     ///
-    /// The default renews key by key (up to 16 at a time); backends that can do it in one round
+    /// The default renews key by key, all keys at once; backends that can do it in one round
     /// trip override it (one SQL statement or transaction, one script). An override must decide
     /// every key on its own: a key that cannot be renewed never makes another fail.
     ///
