@@ -6,7 +6,8 @@
 //! [`Storage::capabilities`], [`Storage::name`]) and gets correct lock operations for free. A
 //! backend that can do better overrides [`Storage::acquire_once`], [`Storage::renew`] and
 //! [`Storage::release`] to take one round trip each (one SQL statement on the database clock, one
-//! Redis script using `TIME`, …) and [`Storage::wait_for_change`] to deliver notifications. The
+//! Redis script using `TIME`, …), [`Storage::renew_many`] to renew the watchdog's batches in one
+//! round trip, and [`Storage::wait_for_change`] to deliver notifications. The
 //! suites in `storage-lock-testkit` run against both the defaults and the overrides.
 //!
 //! Every decision the defaults make is one of the pure rules in [`ops`]:
