@@ -6,6 +6,8 @@
 //!   retries of storage errors while the wait lasts.
 //! * `hold` — the storage side of a [`crate::LockHandle`]: renew and release through the storage.
 //! * `renewals` — the watchdogs' renewals, coalesced into [`Storage::renew_many`] calls.
+//! * `per_runtime` — one background task per tokio runtime (the renewal batcher and the watchdog
+//!   scheduler of `runtime` run on it).
 //! * `reentrant` — the explicit-owner reentrant API ([`StorageLock::lock_reentrant`]).
 //! * `owned` — holds by explicit owner without a handle, for servers ([`StorageLock::acquire_as`]).
 //! * `events` and `telemetry` — [`LockEvent`]s, `metrics` and `tracing`.

@@ -116,35 +116,26 @@ async fn run<S: Storage + ?Sized>(storage: Arc<S>, jobs: Vec<Job>) {
         .collect();
     let answers = storage.renew_many(&requests).await;
     drop(requests);
-    match answers {
+    let why = match answers {
         Ok(answers) if answers.len() == jobs.len() => {
             for (job, answer) in jobs.into_iter().zip(answers) {
                 let _ = job.reply.send(answer);
             }
+            return;
         }
-        Ok(answers) => {
-            let why = format!(
-                "renew_many answered {} of {} keys",
-                answers.len(),
-                jobs.len()
-            );
-            for job in jobs {
-                let _ = job.reply.send(Err(StorageError::backend(
-                    storage.name(),
-                    "renew",
-                    why.clone(),
-                )));
-            }
-        }
-        Err(e) => {
-            let why = e.to_string();
-            for job in jobs {
-                let _ = job.reply.send(Err(StorageError::backend(
-                    storage.name(),
-                    "renew",
-                    why.clone(),
-                )));
-            }
-        }
+        Ok(answers) => format!(
+            "renew_many answered {} of {} keys",
+            answers.len(),
+            jobs.len()
+        ),
+        Err(e) => e.to_string(),
+    };
+    // The call as a whole failed: every key's outcome is unknown.
+    for job in jobs {
+        let _ = job.reply.send(Err(StorageError::backend(
+            storage.name(),
+            "renew",
+            why.clone(),
+        )));
     }
 }
