@@ -5,7 +5,7 @@
 //!   ├─ validate name + options, normalize → key           (no storage I/O before this point)
 //!   └─ loop
 //!        ├─ arm Storage::wait_for_change(key)             (only when a wait budget remains)
-//!        ├─ sent_at = Instant::now()
+//!        ├─ sent_at = BootInstant::now()
 //!        ├─ Storage::acquire_once(key, req), detached      (one round trip on overriding backends)
 //!        ├─ Acquired → build LockHandle (local deadline from sent_at) → Some(handle)
 //!        └─ Busy → out of budget? None : sleep until the earliest of
@@ -56,6 +56,8 @@ pub(crate) struct Granted {
     /// Time left when the storage decided.
     pub expires_in: Duration,
     pub sent_at: BootInstant,
+    /// When the answer was taken in: the acquisition's latency ends and the hold's time starts.
+    pub granted_at: BootInstant,
 }
 
 impl<S: Storage + ?Sized> StorageLock<S> {
@@ -81,7 +83,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 key.clone(),
                 req.owner,
                 granted.fencing,
-                Instant::now(), // hold time (a metric) starts here
+                granted.granted_at, // hold time (a metric) starts here
             );
             let built = granted
                 .expires_at
@@ -175,15 +177,24 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
         resume: Option<Arc<super::owned::ResumeTicket>>,
     ) -> Result<Option<Granted>, LockError> {
-        let started = Instant::now();
         let boot_started = BootInstant::now();
-        let deadline = match options.wait {
-            Wait::Never => Some(started),
-            Wait::For(d) => started.checked_add(d), // too far to represent = forever
-            Wait::Forever => None,
+        // `Wait::Never` makes one attempt and never sleeps: it reads no tokio clock (each clock
+        // read is a noticeable part of an in-memory acquisition). `deadline` = None: no limit.
+        let (waits, started, deadline) = match options.wait {
+            Wait::Never => (false, None, None),
+            Wait::For(d) => {
+                let started = Instant::now();
+                (true, Some(started), started.checked_add(d)) // too far to represent = forever
+            }
+            Wait::Forever => (true, None, None),
         };
         let cancelled = || options.cancel.as_ref().is_some_and(|c| c.is_cancelled());
-        let finish = |result: Finish| telemetry::acquire_finished(result, started.elapsed());
+        // Latency on the boot clock: its reading at the end is also where a hold's time starts.
+        let finish = |result: Finish| {
+            let now = BootInstant::now();
+            telemetry::acquire_finished(result, now.saturating_duration_since(boot_started));
+            now
+        };
         let mut attempt: u32 = 0;
         let mut failures: u32 = 0;
         // When a failed attempt may have been granted without our hearing of it: the instant
@@ -195,10 +206,11 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 finish(Finish::Cancelled);
                 return Err(LockError::Cancelled);
             }
-            let may_wait = match deadline {
-                None => true,
-                Some(d) => d > started && Instant::now() < d,
-            };
+            let may_wait = waits
+                && match (deadline, started) {
+                    (Some(d), Some(started)) => d > started && Instant::now() < d,
+                    _ => true,
+                };
             let change = if may_wait {
                 // No notification (e.g. the storage is unreachable): back off instead.
                 self.storage
@@ -219,7 +231,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 // While *waiting*, an unreachable storage is one more reason to wait: retry
                 // with backoff until the budget ends (holding stays fail-closed elsewhere).
                 Err(e @ StorageError::Backend { .. })
-                    if deadline.is_none_or(|d| Instant::now() + RETRY_START < d) =>
+                    if waits && deadline.is_none_or(|d| Instant::now() + RETRY_START < d) =>
                 {
                     failures = failures.saturating_add(1);
                     // The request may have been applied although its answer was lost.
@@ -244,8 +256,11 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             if let (Some(since), AcquireOutcome::Busy { now, .. }) = (uncertain_since, &outcome)
                 && let Some(granted) = self.adopt_lost_grant(key, req, *now, since).await
             {
-                finish(Finish::Acquired);
-                return Ok(Some(granted));
+                let granted_at = finish(Finish::Acquired);
+                return Ok(Some(Granted {
+                    granted_at,
+                    ..granted
+                }));
             }
             let busy_for = match outcome {
                 AcquireOutcome::Acquired {
@@ -253,7 +268,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     count,
                     expires_at,
                 } => {
-                    finish(Finish::Acquired);
+                    let granted_at = finish(Finish::Acquired);
                     return Ok(Some(Granted {
                         fencing,
                         count,
@@ -262,6 +277,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         // After an attempt whose answer was lost, this grant may be that
                         // attempt's (a server adopts it for the retry): count from before it.
                         sent_at: uncertain_since.map_or(sent_at, |u| u.min(sent_at)),
+                        granted_at,
                     }));
                 }
                 busy @ AcquireOutcome::Busy { .. } => busy.busy_for().unwrap_or_default(),
@@ -271,7 +287,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 telemetry::contended();
             }
             let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            if !waits || deadline.is_some_and(|d| now >= d) {
                 self.shared.events.emit(LockEventKind::TimedOut, key, None);
                 finish(Finish::TimedOut);
                 return Ok(None);
@@ -332,6 +348,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             expires_at: rec.expires_at,
             expires_in: rec.expires_at.saturating_since(now),
             sent_at,
+            granted_at: sent_at, // replaced by the caller's reading
         })
     }
 }

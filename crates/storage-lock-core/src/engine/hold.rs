@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use tokio::time::Instant;
 
 use super::events::LockEventKind;
 use super::runtime::HoldIo;
 use super::{EngineShared, telemetry};
+use crate::clock::BootInstant;
 use crate::contract::LockError;
 use crate::storage::{OwnerId, RenewOutcome, Storage, StorageError};
 
@@ -19,7 +19,7 @@ pub(crate) struct EngineHold<S: Storage + ?Sized> {
     key: Arc<str>,
     owner: OwnerId,
     fencing: u64,
-    acquired: Instant,
+    acquired: BootInstant,
     ended: AtomicBool,
 }
 
@@ -30,7 +30,7 @@ impl<S: Storage + ?Sized> EngineHold<S> {
         key: Arc<str>,
         owner: OwnerId,
         fencing: u64,
-        acquired: Instant,
+        acquired: BootInstant,
     ) -> Self {
         Self {
             storage,
@@ -45,7 +45,7 @@ impl<S: Storage + ?Sized> EngineHold<S> {
 
     fn end(&self, kind: LockEventKind) {
         if !self.ended.swap(true, Ordering::AcqRel) {
-            telemetry::hold_ended(self.acquired.elapsed());
+            telemetry::hold_ended(BootInstant::now().saturating_duration_since(self.acquired));
             self.engine.events.emit(kind, &self.key, Some(self.fencing));
         }
     }

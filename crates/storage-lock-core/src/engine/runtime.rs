@@ -193,15 +193,28 @@ impl HoldGrant {
 }
 
 /// Whether a hold of `lease` from now ends by [`crate::Timestamp::MAX`] (judged on this host's
-/// clock; the storage's verdict comes with its expiry).
+/// clock; the storage's verdict comes with its expiry, and a grant whose expiry does not fit is
+/// refused there too).
+///
+/// The wall clock is read once per process: every lease up to [`Timestamp::MAX`] minus that
+/// reading minus a century fits for the next century, so ordinary leases pass without a clock
+/// read (this check runs on every acquisition); longer ones are judged on a fresh reading.
+///
+/// [`Timestamp::MAX`]: crate::Timestamp::MAX
 pub(crate) fn lease_representable(lease: Duration) -> Result<(), LockError> {
-    let ends = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .checked_add(lease);
-    match ends {
-        Some(ends) if ends.as_millis() <= u128::from(crate::Timestamp::MAX.as_millis()) => Ok(()),
-        _ => Err(LockError::LeaseOutOfRange { lease }),
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    static SURE_TO_FIT: OnceLock<Duration> = OnceLock::new();
+    let room = || {
+        let max = Duration::from_millis(crate::Timestamp::MAX.as_millis());
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        max.saturating_sub(now)
+    };
+    if lease <= *SURE_TO_FIT.get_or_init(|| room().saturating_sub(CENTURY)) || lease <= room() {
+        Ok(())
+    } else {
+        Err(LockError::LeaseOutOfRange { lease })
     }
 }
 
