@@ -5,7 +5,8 @@
 //! * Fencing tokens live in the record, which never expires (a released lock is a tombstone), so
 //!   they survive release and lease expiry; sweeps raise a floor record first.
 //! * A release that frees a key a busy acquisition marked `PUBLISH`es the key on a channel
-//!   (unmarked releases publish nothing); each storage keeps **one** pub/sub connection,
+//!   (unmarked releases publish nothing; a force release, an `update` that frees a key,
+//!   publishes after it); each storage keeps **one** pub/sub connection,
 //!   multiplexed over all waiting keys and re-established after a connection loss.
 //! * Commands go through a [`ConnectionManager`] that reconnects by itself; while Redis is
 //!   unreachable, operations fail fast, so held handles turn lost at their local deadline
@@ -292,6 +293,21 @@ impl RedisStorage {
     fn redis_key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }
+
+    /// Tells the waiters of every client that `key` is free (`PUBLISH`, as the release of a
+    /// marked record does), after an `update` that freed it (a force release). Best effort: if
+    /// it fails, they find out at their next re-check.
+    async fn announce_free(&self, key: &str) {
+        let sent: Result<i64, _> = redis::cmd("PUBLISH")
+            .arg(&*self.channel)
+            .arg(key)
+            .query_async(&mut self.conn.clone())
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(key, error = %err("publish")(e),
+                "cannot announce a freed key: its waiters find out at their next re-check");
+        }
+    }
 }
 
 /// The pub/sub connection behind the storage's notification hub.
@@ -503,6 +519,9 @@ impl Storage for RedisStorage {
             .await
             .map_err(err("update"))?;
         if updated == 1 {
+            if record.count == 0 && !storage_lock_core::storage::ops::is_reserved_key(key) {
+                self.announce_free(key).await;
+            }
             Ok(version)
         } else {
             Err(StorageError::Conflict {

@@ -205,6 +205,9 @@ impl MysqlStorage {
     pub fn builder() -> MysqlStorageBuilder {
         MysqlStorageBuilder::new()
     }
+
+    /// Nothing to announce: MySQL has no change notifications (waiters back off).
+    async fn announce_free(&self, _key: &str) {}
 }
 
 #[derive(Debug)]

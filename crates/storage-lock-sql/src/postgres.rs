@@ -5,7 +5,8 @@
 //!   holder when busy; `UPDATE … RETURNING`. "Now" is `statement_timestamp()` on the server.
 //! * A busy acquisition marks the row (`waiters`), and the release that frees a marked row sends
 //!   `pg_notify(channel, key)` in the same statement (unmarked releases send nothing: NOTIFY
-//!   serializes the commits of notifying transactions); each storage keeps **one**
+//!   serializes the commits of notifying transactions); a force release (an `update` that
+//!   frees a key) notifies too, after its commit; each storage keeps **one**
 //!   `LISTEN` connection, multiplexed over all waiting keys and re-established after a
 //!   connection loss (waiters are woken to re-check then). Waiters also back off to the holder's
 //!   expiry, so a lost notification costs latency, never correctness.
@@ -190,6 +191,21 @@ impl PostgresStorage {
     /// A builder.
     pub fn builder() -> PostgresStorageBuilder {
         PostgresStorageBuilder::new()
+    }
+
+    /// Tells the waiters of every host that `key` is free (`NOTIFY`, as the release of a marked
+    /// row does), after an `update` that freed it. Best effort: if it fails, they find out at
+    /// their next re-check.
+    async fn announce_free(&self, key: &str) {
+        let sent = sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&self.sql.channel)
+            .bind(key)
+            .execute(&self.pool)
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(key, error = %err("notify")(e),
+                "cannot announce a freed key: its waiters find out at their next re-check");
+        }
     }
 }
 

@@ -11,12 +11,17 @@
 //! | `delete` (iff the version matches) | key, expected version |
 //! | `list` | prefix, prefix, after, limit + 1 |
 //!
+//! An `update` that leaves a lock key free (count 0: a force release) calls the dialect's
+//! `announce_free(key)` afterwards, so that waiters hear of it as they do of a release
+//! (best effort: a lost announcement leaves them to their periodic re-check).
+//!
 //! Versions are fresh random 63-bit numbers chosen by the client for every write, so a version
 //! never repeats for a key (not even after the row was deleted and recreated) and no dialect
 //! needs `RETURNING` for the primitives.
 
 /// `impl Storage for $ty { get, create, update, delete, list, …the rest given }` for a type
-/// with `pool` and `sql` (a `Statements`) fields, with `err(op)` mapping driver errors in scope.
+/// with `pool` and `sql` (a `Statements`) fields and an inherent `async fn announce_free(&self,
+/// key: &str)`, with `err(op)` mapping driver errors in scope.
 /// (One macro emits the whole impl so that `#[async_trait]` sees every method.)
 macro_rules! impl_sql_storage {
     ($ty:ty { $($rest:tt)* }) => {
@@ -92,6 +97,11 @@ macro_rules! impl_sql_storage {
             .await
             .map_err(err("update"))?;
             if done.rows_affected() == 1 {
+                // A write that leaves a lock key free (a force release) wakes its waiters like
+                // a release does.
+                if record.count == 0 && !storage_lock_core::storage::ops::is_reserved_key(key) {
+                    self.announce_free(key).await;
+                }
                 Ok(crate::row::version_of(version))
             } else {
                 Err(storage_lock_core::StorageError::Conflict { key: key.to_owned() })

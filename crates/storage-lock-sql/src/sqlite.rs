@@ -31,8 +31,9 @@
 //!   directory next to the database (`<file>-wake/`), which the waiting processes watch
 //!   (inotify on Linux): a waiter in another process re-checks within a millisecond instead of
 //!   backing off. Where the directory cannot be created or watched, waiters back off with
-//!   jitter, bounded by the holder's expiry. A key freed without a signal (`force_release`, a
-//!   process of an older version) is noticed by the waiters' 2 s re-check (see `wake.rs`).
+//!   jitter, bounded by the holder's expiry. A force release signals too; a key freed without a
+//!   signal (by a process of an older version) is noticed by the waiters' 2 s re-check (see
+//!   `wake.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -345,6 +346,14 @@ impl SqliteStorage {
     /// A builder.
     pub fn builder() -> SqliteStorageBuilder {
         SqliteStorageBuilder::new()
+    }
+
+    /// Tells the waiters of every process on this file that `key` is free (the wake-up
+    /// directory, as a release does), after an `update` that freed it.
+    async fn announce_free(&self, key: &str) {
+        if let Some(wake) = &self.wake {
+            wake.signal(key);
+        }
     }
 }
 

@@ -11,9 +11,10 @@
 //!   `-wal` and `-shm` files), so every user who can write the database can signal.
 //! * Nothing here decides anything: a missed wake-up costs latency, never correctness. Waiters
 //!   re-check at least every 2 s anyway (the engine's safety net for storages with
-//!   notifications), which is the hand-off latency when a wake-up is missed: a key freed by
-//!   `force_release` or by a process of an older version (neither signals), a directory this
-//!   process cannot write (logged once as a warning).
+//!   notifications), which is the hand-off latency when a wake-up is missed: a key freed by a
+//!   process of an older version (it does not signal), a directory this process cannot write
+//!   (logged once as a warning). Releases and force releases (an `update` that frees a key)
+//!   signal.
 //! * Where the directory cannot be created or watched (no inotify instances left, say), the
 //!   storage opens without notifications and its waiters back off as before (1 ms doubling to
 //!   100 ms); it still signals for the others if it can.

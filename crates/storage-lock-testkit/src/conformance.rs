@@ -861,6 +861,38 @@ pub async fn list_with_page_size_zero_makes_progress<S: Storage>(s: S) {
     assert_eq!(listed.entries.len(), 2, "0 means the default page size");
 }
 
+/// The promise of [`storage_lock_core::Capabilities::change_notifications`] covers every way a
+/// key becomes free, not only `release`: an administrator's `force_release` (a tombstone written
+/// with the `update` primitive) wakes a waiter too, so the lock passes on at once instead of at
+/// the waiter's next re-check (the engine re-checks every 2 s).
+pub async fn force_release_wakes_waiters<S: Storage>(s: S) {
+    let key = unique_prefix("force-wake") + "k";
+    let a = OwnerId::random();
+    s.acquire_once(&key, &request(a, Duration::from_secs(60), false))
+        .await
+        .unwrap();
+    let change = s.wait_for_change(&key).await.unwrap();
+    if !s.capabilities().change_notifications {
+        return; // `declared_change_notifications_are_delivered` checks the refusal
+    }
+    // Let a listener connection come up before the change it must report.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // As the engine does: arm, then try (a busy attempt marks the record on some backends).
+    let busy = s
+        .acquire_once(
+            &key,
+            &request(OwnerId::random(), Duration::from_secs(60), false),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(busy, AcquireOutcome::Busy { .. }), "{busy:?}");
+    let ended = s.force_release(&key).await.unwrap().expect("it was held");
+    assert_eq!(ended.owner, a);
+    tokio::time::timeout(Duration::from_secs(5), change.changed())
+        .await
+        .expect("no notification within 5 s of a force release (the hold had 60 s left)");
+}
+
 /// [`storage_lock_core::Capabilities::change_notifications`] is a promise: a storage that
 /// declares it wakes a waiter — armed with `wait_for_change`, then refused as busy — when the
 /// holder releases (well before the hold's expiry); one that does not returns an unsupported

@@ -153,6 +153,7 @@ macro_rules! __all_cases {
                 keys_differing_by_padding_case_or_normalization_are_distinct,
                 list_with_page_size_zero_makes_progress,
                 declared_change_notifications_are_delivered,
+                force_release_wakes_waiters,
             ];
             semantics: [
                 matrix_busy_until_wait_runs_out_returns_none,

@@ -9,6 +9,9 @@
 //! | `storage_lock_lost_total` | counter | |
 //! | `storage_lock_hold_seconds` | histogram | |
 //! | `storage_lock_held` | gauge (handles held by this process; explicit-owner and reentrant holds are not counted) | |
+//!
+//! Durations are measured on the boot clock ([`crate::clock::BootInstant`]): they include time
+//! the machine spent suspended, and a paused tokio clock does not affect them.
 
 use std::time::Duration;
 

@@ -72,7 +72,9 @@ pub struct Capabilities {
     pub conditional_delete: bool,
     /// Where [`crate::Storage::now`] comes from.
     pub time_source: TimeSource,
-    /// [`crate::Storage::wait_for_change`] delivers notifications (otherwise waiters back off).
+    /// [`crate::Storage::wait_for_change`] delivers notifications (otherwise waiters back off):
+    /// a waiter hears of a key freed by a release or by any other write that leaves it free
+    /// (a force release), from any client of the storage.
     pub change_notifications: bool,
     /// Exclusion holds only inside one process.
     pub process_local: bool,
