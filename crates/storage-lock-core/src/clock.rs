@@ -140,6 +140,17 @@ impl BootInstant {
     pub(crate) fn saturating_duration_since(self, earlier: Self) -> Duration {
         self.0.saturating_sub(earlier.0)
     }
+
+    /// Nanoseconds on this clock (saturating after 584 years of uptime): how a handle keeps
+    /// its deadline in one atomic word.
+    pub(crate) fn as_nanos(self) -> u64 {
+        u64::try_from(self.0.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The instant [`Self::as_nanos`] returned `nanos` for.
+    pub(crate) const fn from_nanos(nanos: u64) -> Self {
+        Self(Duration::from_nanos(nanos))
+    }
 }
 
 /// A simulated system suspend for tests (per thread: a current-thread runtime's tasks see it,

@@ -42,6 +42,7 @@ pub mod engine;
 pub mod fault;
 pub mod fenced;
 pub mod memory;
+mod small_key;
 pub mod storage;
 
 pub use clock::{Clock, ManualClock, SystemClock, boot_time};

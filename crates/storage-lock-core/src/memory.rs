@@ -1,12 +1,16 @@
 //! [`MemoryStorage`]: a process-local storage for coordinating tasks of one process.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use std::collections::hash_map::RandomState;
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use hashbrown::HashTable;
 use tokio::sync::watch;
+
+use crate::small_key::SmallKey;
 
 use crate::clock::{Clock, SystemClock};
 use crate::storage::TimeSource;
@@ -30,19 +34,35 @@ pub struct MemoryStorage {
     time_source: TimeSource,
 }
 
-#[derive(Debug, Default)]
+/// The records, and the change channels of the keys someone waits for.
+///
+/// Sized for a million held locks: each record is **one allocation** (an [`Entry`] of 88
+/// bytes, its key inline when short) behind an 8-byte bucket. A hash table sits between half
+/// and seven eighths full, so its bucket size counts up to twice per key; boxed entries keep
+/// that at 8 bytes (plus one control byte). Change channels live apart, in `waiting`, since
+/// most keys never have a waiter.
+#[derive(Default)]
 struct Table {
-    /// Boxed keys and slots keep a bucket at 24 bytes: a hash table sits between half and
-    /// seven eighths full, so the bucket size counts twice for every key.
-    slots: HashMap<Box<str>, Box<Slot>>,
+    entries: HashTable<Box<Entry>>,
+    hasher: RandomState,
+    /// Present for a key while someone may be waiting for a change of it.
+    waiting: HashMap<Box<str>, watch::Sender<()>>,
     last_version: u64,
 }
 
-#[derive(Debug, Default)]
-struct Slot {
-    stored: Option<(LockRecord, u64)>,
-    /// Present while someone may be waiting for a change of this key.
-    watch: Option<watch::Sender<()>>,
+struct Entry {
+    key: SmallKey,
+    record: LockRecord,
+    version: u64,
+}
+
+impl fmt::Debug for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Table")
+            .field("keys", &self.entries.len())
+            .field("waited_for", &self.waiting.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for MemoryStorage {
@@ -76,54 +96,88 @@ impl MemoryStorage {
 }
 
 impl Table {
+    fn entry(&self, key: &str) -> Option<&Entry> {
+        let hash = SmallKey::hash_str(&self.hasher, key);
+        self.entries.find(hash, |e| e.key.is(key)).map(|e| &**e)
+    }
+
     fn current(&self, key: &str) -> Option<&LockRecord> {
-        self.slots.get(key)?.stored.as_ref().map(|(r, _)| r)
+        self.entry(key).map(|e| &e.record)
     }
 
     fn version_of(&self, key: &str) -> Option<u64> {
-        self.slots.get(key)?.stored.as_ref().map(|(_, v)| *v)
+        self.entry(key).map(|e| e.version)
+    }
+
+    fn next_version(&mut self) -> u64 {
+        self.last_version += 1;
+        self.last_version
     }
 
     /// Stores `record` under `key` with a fresh version and wakes the key's waiters.
     fn put(&mut self, key: &str, record: LockRecord) -> u64 {
-        self.last_version += 1;
-        let version = self.last_version;
-        let slot = match self.slots.get_mut(key) {
-            Some(slot) => slot,
-            None => self.slots.entry(key.into()).or_default(),
-        };
-        slot.stored = Some((record, version));
-        slot.notify();
+        let version = self.next_version();
+        let hash = SmallKey::hash_str(&self.hasher, key);
+        let Self {
+            entries, hasher, ..
+        } = self;
+        match entries.find_mut(hash, |e| e.key.is(key)) {
+            Some(entry) => {
+                entry.record = record;
+                entry.version = version;
+            }
+            None => {
+                let entry = Box::new(Entry {
+                    key: SmallKey::new(key),
+                    record,
+                    version,
+                });
+                entries.insert_unique(hash, entry, |e| e.key.hash_with(hasher));
+            }
+        }
+        self.notify(key);
         version
     }
 
     /// Lets `change` edit the record under `key` in place (one lookup); if it reports a change,
     /// the record gets a fresh version and the key's waiters wake.
     fn modify(&mut self, key: &str, change: impl FnOnce(&mut LockRecord) -> bool) {
-        if let Some(slot) = self.slots.get_mut(key)
-            && let Some((record, version)) = &mut slot.stored
-            && change(record)
+        let hash = SmallKey::hash_str(&self.hasher, key);
+        let next = self.last_version + 1;
+        if let Some(entry) = self.entries.find_mut(hash, |e| e.key.is(key))
+            && change(&mut entry.record)
         {
-            self.last_version += 1;
-            *version = self.last_version;
-            slot.notify();
+            entry.version = next;
+            self.last_version = next;
+            self.notify(key);
+        }
+    }
+
+    /// Removes `key`'s record and wakes its waiters.
+    fn remove(&mut self, key: &str) {
+        let hash = SmallKey::hash_str(&self.hasher, key);
+        if let Ok(entry) = self.entries.find_entry(hash, |e| e.key.is(key)) {
+            entry.remove();
+        }
+        self.notify(key);
+    }
+
+    /// Wakes whoever waits for a change of `key` (forgetting the channel once nobody does).
+    fn notify(&mut self, key: &str) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        if let Some(tx) = self.waiting.get(key) {
+            if tx.receiver_count() == 0 {
+                self.waiting.remove(key);
+            } else {
+                tx.send_replace(());
+            }
         }
     }
 
     fn floor(&self) -> u64 {
         self.current(FENCING_FLOOR_KEY).map_or(0, |r| r.fencing)
-    }
-}
-
-impl Slot {
-    fn notify(&mut self) {
-        if let Some(tx) = &self.watch {
-            if tx.receiver_count() == 0 {
-                self.watch = None;
-            } else {
-                tx.send_replace(());
-            }
-        }
     }
 }
 
@@ -171,11 +225,9 @@ impl Storage for MemoryStorage {
 
     async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
         let table = self.table();
-        Ok(table.slots.get(key).and_then(|s| {
-            s.stored.as_ref().map(|(record, v)| Stored {
-                record: record.clone(),
-                version: Version::from_u64(*v),
-            })
+        Ok(table.entry(key).map(|e| Stored {
+            record: e.record.clone(),
+            version: Version::from_u64(e.version),
         }))
     }
 
@@ -211,32 +263,25 @@ impl Storage for MemoryStorage {
                 key: key.to_owned(),
             });
         }
-        if let Entry::Occupied(mut slot) = table.slots.entry(key.into()) {
-            slot.get_mut().stored = None;
-            slot.get_mut().notify();
-            if slot.get().watch.is_none() {
-                slot.remove();
-            }
-        }
+        table.remove(key);
         Ok(())
     }
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
         let table = self.table();
         let mut entries: Vec<(String, Stored)> = table
-            .slots
+            .entries
             .iter()
-            .filter(|(k, _)| k.starts_with(prefix))
-            .filter(|(k, _)| page.after.as_deref().is_none_or(|a| &***k > a))
-            .filter_map(|(k, s)| {
-                let (record, v) = s.stored.as_ref()?;
-                Some((
-                    k.to_string(),
+            .filter(|e| e.key.as_str().starts_with(prefix))
+            .filter(|e| page.after.as_deref().is_none_or(|a| e.key.as_str() > a))
+            .map(|e| {
+                (
+                    e.key.as_str().to_owned(),
                     Stored {
-                        record: record.clone(),
-                        version: Version::from_u64(*v),
+                        record: e.record.clone(),
+                        version: Version::from_u64(e.version),
                     },
-                ))
+                )
             })
             .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
@@ -251,14 +296,11 @@ impl Storage for MemoryStorage {
     ) -> Result<AcquireOutcome, StorageError> {
         let now = self.clock.now();
         let mut table = self.table();
-        let Table {
-            slots,
-            last_version,
-        } = &mut *table;
-        if let Some(slot) = slots.get_mut(key)
-            && let Some((record, version)) = &mut slot.stored
-        {
+        let hash = SmallKey::hash_str(&table.hasher, key);
+        let next = table.last_version + 1;
+        if let Some(entry) = table.entries.find_mut(hash, |e| e.key.is(key)) {
             // One lookup for an existing key: decide and change the record in place.
+            let record = &mut entry.record;
             let outcome = match ops::decide_acquire(Some(record), 0, now, req) {
                 AcquireDecision::Busy(outcome) => return Ok(outcome),
                 AcquireDecision::Take(taken) => {
@@ -271,9 +313,9 @@ impl Storage for MemoryStorage {
                     ops::acquired(record)
                 }
             };
-            *last_version += 1;
-            *version = *last_version;
-            slot.notify();
+            entry.version = next;
+            table.last_version = next;
+            table.notify(key);
             return Ok(outcome);
         }
         match ops::decide_acquire(None, table.floor(), now, req) {
@@ -330,11 +372,14 @@ impl Storage for MemoryStorage {
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
         let mut table = self.table();
-        let slot = table.slots.entry(key.into()).or_default();
-        let mut rx = slot
-            .watch
-            .get_or_insert_with(|| watch::channel(()).0)
-            .subscribe();
+        let mut rx = match table.waiting.get(key) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = watch::channel(());
+                table.waiting.insert(key.into(), tx);
+                rx
+            }
+        };
         Ok(ChangeWait::new(async move {
             let _ = rx.changed().await;
         }))

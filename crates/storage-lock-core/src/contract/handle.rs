@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use super::LockError;
-use crate::engine::runtime::{HoldGrant, HoldIo, HoldRuntime};
+use crate::engine::runtime::{HoldGrant, HoldIo, HoldRuntime, Io};
 
 /// The result of [`LockHandle::try_renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl LockHandle {
     /// # Examples
     /// See [`HoldIo`].
     pub fn start(grant: HoldGrant, io: impl HoldIo) -> Self {
-        Self::from_runtime(HoldRuntime::start(grant, io, None))
+        Self::from_runtime(HoldRuntime::start(grant, Io(io), None))
     }
 
     /// The lock name given at acquisition (not the storage key).

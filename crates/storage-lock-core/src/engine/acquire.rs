@@ -32,9 +32,10 @@ use crate::clock::BootInstant;
 use super::StorageLock;
 use super::events::LockEventKind;
 use super::hold::EngineHold;
-use super::runtime::{HoldGrant, HoldRuntime};
+use super::runtime::{GrantName, HoldGrant, HoldRuntime};
 use super::telemetry::{self, Finish};
 use crate::contract::{AcquireOptions, LockError, LockHandle, Wait};
+use crate::small_key::SmallKey;
 use crate::storage::{
     AcquireOutcome, AcquireRequest, ChangeWait, HolderInfo, OwnerId, Storage, StorageError,
     Timestamp,
@@ -68,7 +69,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     ) -> Result<Option<LockHandle>, LockError> {
         options.validate()?;
         super::runtime::lease_representable(options.lease)?;
-        let key: Arc<str> = Arc::from(&*self.key_for(name)?);
+        // Inline when short: the key needs no allocation of its own, here or in the handle.
+        let key = SmallKey::new(&self.key_for(name)?);
         // Building a span (and an `Instrumented` wrapper) costs even when nobody listens.
         let span = tracing::level_enabled!(tracing::Level::DEBUG)
             .then(|| tracing::debug_span!("storage_lock.acquire", key = %key));
@@ -78,11 +80,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 return Ok(None);
             };
             let backend = EngineHold::new(
-                self.storage.clone(),
-                self.shared.clone(),
-                key.clone(),
+                self.holds.clone(),
                 req.owner,
-                granted.fencing,
                 granted.granted_at, // hold time (a metric) starts here
             );
             let built = granted
@@ -93,12 +92,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 })
                 .map(|expires_at| {
                     let grant = HoldGrant {
-                        // The default normalizer maps a name to itself: share the allocation.
-                        name: if *key == *name {
-                            key.clone()
-                        } else {
-                            name.into()
-                        },
+                        // The default normalizer maps a name to itself (and a prefix normalizer
+                        // to a key that ends with it): then the handle keeps no copy.
+                        name: GrantName::of(key.as_str(), name),
                         key: key.clone(),
                         fencing: granted.fencing,
                         lease: options.lease,
@@ -114,9 +110,11 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 });
             match built {
                 Ok(handle) => {
-                    self.shared
-                        .events
-                        .emit(LockEventKind::Acquired, &key, Some(granted.fencing));
+                    self.shared.events.emit(
+                        LockEventKind::Acquired,
+                        key.as_str(),
+                        Some(granted.fencing),
+                    );
                     Ok(Some(handle))
                 }
                 Err(e) => {
@@ -124,7 +122,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     let storage = self.storage.clone();
                     let owner = req.owner;
                     let released = detached(
-                        async move { storage.as_ref().release(&key, owner).await },
+                        async move { storage.as_ref().release(key.as_str(), owner).await },
                         |_| async {},
                     )
                     .await;
@@ -172,14 +170,15 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// newer request of the owner has started (see `owned::Resumes`).
     pub(crate) async fn acquire_loop(
         &self,
-        key: &Arc<str>,
+        key: &SmallKey,
         req: &AcquireRequest,
         options: &AcquireOptions,
         resume: Option<Arc<super::owned::ResumeTicket>>,
     ) -> Result<Option<Granted>, LockError> {
         let boot_started = BootInstant::now();
         // `Wait::Never` makes one attempt and never sleeps: it reads no tokio clock (each clock
-        // read is a noticeable part of an in-memory acquisition). `deadline` = None: no limit.
+        // read is a noticeable part of an in-memory acquisition). For the others, `deadline` =
+        // None means no limit.
         let (waits, started, deadline) = match options.wait {
             Wait::Never => (false, None, None),
             Wait::For(d) => {
@@ -286,12 +285,15 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 self.shared.events.emit(LockEventKind::Contended, key, None);
                 telemetry::contended();
             }
-            let now = Instant::now();
-            if !waits || deadline.is_some_and(|d| now >= d) {
+            // Out of budget (`Wait::Never` reads no clock for it): timed out.
+            let Some(now) = waits
+                .then(Instant::now)
+                .filter(|now| deadline.is_none_or(|d| *now < d))
+            else {
                 self.shared.events.emit(LockEventKind::TimedOut, key, None);
                 finish(Finish::TimedOut);
                 return Ok(None);
-            }
+            };
             // The holder's expiry on our clock; +1 ms for the storage's millisecond rounding.
             let mut wake = now + busy_for + Duration::from_millis(1);
             if let Some(d) = deadline {
@@ -371,14 +373,14 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// grants anyway, the grant is released right after it.
     async fn try_acquire_detached(
         &self,
-        key: &Arc<str>,
+        key: &SmallKey,
         req: &AcquireRequest,
         resume: Option<Arc<super::owned::ResumeTicket>>,
     ) -> Result<AcquireOutcome, StorageError> {
         let (storage, key, req) = (self.storage.clone(), key.clone(), req.clone());
         let (outcome, ..) = detached(
             async move {
-                let outcome = storage.as_ref().acquire_once(&key, &req).await;
+                let outcome = storage.as_ref().acquire_once(key.as_str(), &req).await;
                 (outcome, storage, key, req.owner, resume)
             },
             |(outcome, storage, key, owner, resume)| async move {
@@ -389,7 +391,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     tracing::debug!(key = %key, "abandoned grant left to the owner's retry");
                     return;
                 }
-                if let Err(e) = storage.as_ref().release(&key, owner).await {
+                if let Err(e) = storage.as_ref().release(key.as_str(), owner).await {
                     tracing::warn!(key = %key, error = %e, "release of an abandoned grant failed");
                 }
             },

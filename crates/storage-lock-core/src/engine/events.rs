@@ -66,11 +66,12 @@ impl Events {
         self.tx.subscribe()
     }
 
-    pub(crate) fn emit(&self, kind: LockEventKind, key: &Arc<str>, fencing_token: Option<u64>) {
+    /// Sends an event if anyone listens (the key is copied into the event only then).
+    pub(crate) fn emit(&self, kind: LockEventKind, key: &str, fencing_token: Option<u64>) {
         if self.subscribed.load(Ordering::Acquire) && self.tx.receiver_count() > 0 {
             let _ = self.tx.send(LockEvent {
                 kind,
-                key: key.clone(),
+                key: key.into(),
                 fencing_token,
             });
         }

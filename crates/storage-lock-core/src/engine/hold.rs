@@ -7,60 +7,52 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use super::events::LockEventKind;
-use super::runtime::HoldIo;
-use super::{EngineShared, telemetry};
+use super::runtime::{Backend, HoldCore};
+use super::{HoldContext, telemetry};
 use crate::clock::BootInstant;
 use crate::contract::LockError;
 use crate::storage::{OwnerId, RenewOutcome, Storage, StorageError};
 
+/// What the engine keeps per hold besides the runtime's [`HoldCore`] (which has the key and the
+/// token): the storage, the engine, the owner secret and when the hold began.
 pub(crate) struct EngineHold<S: Storage + ?Sized> {
-    storage: Arc<S>,
-    engine: Arc<EngineShared>,
-    key: Arc<str>,
+    via: Arc<HoldContext<S>>,
     owner: OwnerId,
-    fencing: u64,
-    acquired: BootInstant,
+    /// When the hold began, on the boot clock (the hold-time metric).
+    acquired_ns: u64,
     ended: AtomicBool,
 }
 
 impl<S: Storage + ?Sized> EngineHold<S> {
-    pub(crate) fn new(
-        storage: Arc<S>,
-        engine: Arc<EngineShared>,
-        key: Arc<str>,
-        owner: OwnerId,
-        fencing: u64,
-        acquired: BootInstant,
-    ) -> Self {
+    pub(crate) fn new(via: Arc<HoldContext<S>>, owner: OwnerId, acquired: BootInstant) -> Self {
         Self {
-            storage,
-            engine,
-            key,
+            via,
             owner,
-            fencing,
-            acquired,
+            acquired_ns: acquired.as_nanos(),
             ended: AtomicBool::new(false),
         }
     }
 
-    fn end(&self, kind: LockEventKind) {
+    fn end(&self, hold: &HoldCore, kind: LockEventKind) {
         if !self.ended.swap(true, Ordering::AcqRel) {
-            telemetry::hold_ended(BootInstant::now().saturating_duration_since(self.acquired));
-            self.engine.events.emit(kind, &self.key, Some(self.fencing));
+            let acquired = BootInstant::from_nanos(self.acquired_ns);
+            telemetry::hold_ended(BootInstant::now().saturating_duration_since(acquired));
+            let key = hold.key().as_str();
+            self.via.engine.events.emit(kind, key, Some(hold.fencing()));
         }
     }
-}
 
-impl<S: Storage + ?Sized> EngineHold<S> {
     fn renewed(
         &self,
+        hold: &HoldCore,
         outcome: Result<RenewOutcome, StorageError>,
     ) -> Result<Option<SystemTime>, LockError> {
         let kind = match outcome {
             Ok(RenewOutcome::Renewed { .. }) => LockEventKind::Renewed,
             _ => LockEventKind::RenewFailed,
         };
-        self.engine.events.emit(kind, &self.key, Some(self.fencing));
+        let key = hold.key().as_str();
+        self.via.engine.events.emit(kind, key, Some(hold.fencing()));
         match outcome? {
             RenewOutcome::Renewed { expires_at } => Ok(expires_at.to_system_time()),
             RenewOutcome::NotHeld => Ok(None),
@@ -69,33 +61,39 @@ impl<S: Storage + ?Sized> EngineHold<S> {
 }
 
 #[async_trait]
-impl<S: Storage + ?Sized> HoldIo for EngineHold<S> {
-    async fn renew(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
-        let outcome = self
-            .storage
-            .as_ref()
-            .renew(&self.key, self.owner, lease)
-            .await;
-        self.renewed(outcome)
+impl<S: Storage + ?Sized> Backend for EngineHold<S> {
+    async fn renew(
+        &self,
+        hold: &HoldCore,
+        lease: Duration,
+        background: bool,
+    ) -> Result<Option<SystemTime>, LockError> {
+        let outcome = if background {
+            self.via
+                .engine
+                .renewals
+                .renew(&self.via.storage, hold.key(), self.owner, lease)
+                .await
+        } else {
+            let key = hold.key().as_str();
+            self.via
+                .storage
+                .as_ref()
+                .renew(key, self.owner, lease)
+                .await
+        };
+        self.renewed(hold, outcome)
     }
 
-    async fn renew_in_background(&self, lease: Duration) -> Result<Option<SystemTime>, LockError> {
-        let outcome = self
-            .engine
-            .renewals
-            .renew(&self.storage, &self.key, self.owner, lease)
-            .await;
-        self.renewed(outcome)
-    }
-
-    async fn release(&self) -> Result<(), LockError> {
-        self.end(LockEventKind::Released);
-        self.storage.as_ref().release(&self.key, self.owner).await?;
+    async fn release(&self, hold: &HoldCore) -> Result<(), LockError> {
+        self.end(hold, LockEventKind::Released);
+        let key = hold.key().as_str();
+        self.via.storage.as_ref().release(key, self.owner).await?;
         Ok(())
     }
 
-    fn on_lost(&self) {
+    fn on_lost(&self, hold: &HoldCore) {
         telemetry::lost();
-        self.end(LockEventKind::Lost);
+        self.end(hold, LockEventKind::Lost);
     }
 }

@@ -46,7 +46,8 @@ impl Resumes {
 }
 
 impl ResumeTicket {
-    fn enter(shared: &Arc<super::EngineShared>, key: &Arc<str>, owner: OwnerId) -> Arc<Self> {
+    fn enter(shared: &Arc<super::EngineShared>, key: &str, owner: OwnerId) -> Arc<Self> {
+        let key: Arc<str> = key.into();
         let mut map = shared.resumes.map();
         let entry = map.entry((key.clone(), owner)).or_insert((0, 0));
         entry.0 += 1;
@@ -170,23 +171,23 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             });
         }
         super::runtime::lease_representable(options.lease)?;
-        let key: Arc<str> = Arc::from(&*self.key_for(name)?);
+        let key = crate::small_key::SmallKey::new(&self.key_for(name)?);
         let mut req = self.request(owner, options, false);
         if let Some(mut holder) = holder {
             holder.note = options.note.clone().or(holder.note);
             req.holder = Some(Arc::new(holder));
         }
-        let ticket = ResumeTicket::enter(&self.shared, &key, owner);
+        let ticket = ResumeTicket::enter(&self.shared, key.as_str(), owner);
         let Some(granted) = self.acquire_loop(&key, &req, options, Some(ticket)).await? else {
             return Ok(None);
         };
         super::telemetry::not_a_handle();
         let expires_at = self
-            .expiry_or_release(&key, owner, &granted, options.lease)
+            .expiry_or_release(key.as_str(), owner, &granted, options.lease)
             .await?;
         self.shared
             .events
-            .emit(LockEventKind::Acquired, &key, Some(granted.fencing));
+            .emit(LockEventKind::Acquired, key.as_str(), Some(granted.fencing));
         Ok(Some(OwnedHold {
             fencing_token: granted.fencing,
             expires_at,

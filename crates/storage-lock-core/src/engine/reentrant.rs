@@ -9,7 +9,6 @@
 //! Cancel safety: if a `lock_reentrant` future is dropped and the storage grants the level
 //! anyway, exactly that level is released right after the grant.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::StorageLock;
@@ -44,14 +43,14 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             });
         }
         super::runtime::lease_representable(options.lease)?;
-        let key: Arc<str> = Arc::from(&*self.key_for(name)?);
+        let key = crate::small_key::SmallKey::new(&self.key_for(name)?);
         let req = self.request(owner, options, true);
         let Some(granted) = self.acquire_loop(&key, &req, options, None).await? else {
             return Ok(None);
         };
         super::telemetry::not_a_handle();
         let expires_at = self
-            .expiry_or_release(&key, owner, &granted, options.lease)
+            .expiry_or_release(key.as_str(), owner, &granted, options.lease)
             .await?;
         Ok(Some(ReentrantHold {
             fencing_token: granted.fencing,

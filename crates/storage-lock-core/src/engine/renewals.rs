@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::per_runtime::PerRuntime;
+use crate::small_key::SmallKey;
 use crate::storage::{OwnerId, RenewOutcome, RenewRequest, Storage, StorageError};
 
 /// The most keys one [`Storage::renew_many`] call of the watchdog carries.
@@ -34,7 +35,7 @@ const LINGER: Duration = Duration::from_millis(2);
 type Reply = oneshot::Sender<Result<RenewOutcome, StorageError>>;
 
 struct Job {
-    key: Arc<str>,
+    key: SmallKey,
     owner: OwnerId,
     lease: Duration,
     reply: Reply,
@@ -52,7 +53,7 @@ impl Renewals {
     pub(crate) async fn renew<S: Storage + ?Sized>(
         &self,
         storage: &Arc<S>,
-        key: &Arc<str>,
+        key: &SmallKey,
         owner: OwnerId,
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
@@ -109,7 +110,7 @@ async fn run<S: Storage + ?Sized>(storage: Arc<S>, jobs: Vec<Job>) {
     let requests: Vec<RenewRequest<'_>> = jobs
         .iter()
         .map(|j| RenewRequest {
-            key: &j.key,
+            key: j.key.as_str(),
             owner: j.owner,
             lease: j.lease,
         })

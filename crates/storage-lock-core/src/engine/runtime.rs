@@ -5,9 +5,9 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::BootInstant;
 use crate::contract::{LockError, RenewalResult, safety_margin};
+use crate::small_key::SmallKey;
 
 /// The provider side of a [`crate::LockHandle`]: how to renew and release one hold.
 ///
@@ -84,45 +85,146 @@ pub trait HoldIo: Send + Sync + 'static {
     fn on_lost(&self) {}
 }
 
+/// The internal side of a hold's I/O: [`HoldIo`] with the hold's fixed facts passed in, so
+/// that the engine's backend need not keep a second copy of the key and the token. External
+/// providers' [`HoldIo`]s are adapted by [`Io`].
+#[async_trait]
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// As [`HoldIo::renew`] (`background`: [`HoldIo::renew_in_background`]).
+    async fn renew(
+        &self,
+        hold: &HoldCore,
+        lease: Duration,
+        background: bool,
+    ) -> Result<Option<SystemTime>, LockError>;
+    /// As [`HoldIo::release`].
+    async fn release(&self, hold: &HoldCore) -> Result<(), LockError>;
+    /// As [`HoldIo::vouched_lease`].
+    fn vouched_lease(&self) -> Option<Duration> {
+        None
+    }
+    /// As [`HoldIo::on_lost`].
+    fn on_lost(&self, _hold: &HoldCore) {}
+}
+
+/// A provider's [`HoldIo`] as a [`Backend`].
+pub(crate) struct Io<I>(pub(crate) I);
+
+#[async_trait]
+impl<I: HoldIo> Backend for Io<I> {
+    async fn renew(
+        &self,
+        _hold: &HoldCore,
+        lease: Duration,
+        background: bool,
+    ) -> Result<Option<SystemTime>, LockError> {
+        if background {
+            self.0.renew_in_background(lease).await
+        } else {
+            self.0.renew(lease).await
+        }
+    }
+    async fn release(&self, _hold: &HoldCore) -> Result<(), LockError> {
+        self.0.release().await
+    }
+    fn vouched_lease(&self) -> Option<Duration> {
+        self.0.vouched_lease()
+    }
+    fn on_lost(&self, _hold: &HoldCore) {
+        self.0.on_lost();
+    }
+}
+
 /// Everything a handle and its background tasks share, in one allocation together with the
 /// provider's backend (the unsized last field).
-pub(crate) struct HoldRuntime<B: ?Sized = dyn HoldIo> {
-    name: Arc<str>,
-    key: Arc<str>,
-    fencing: u64,
-    lease: Duration,
-    state: Mutex<State>,
-    /// Created by the first `lost_token()` call only (most handles never need one).
-    lost_token: OnceLock<CancellationToken>,
-    /// Wakes `lost()` futures, the watchdog and the deadline timer when the handle ends
-    /// (released or lost); they look at the state to tell which.
-    ended: Notify,
-    release_started: AtomicBool,
-    timer_started: AtomicBool,
+pub(crate) struct HoldRuntime<B: ?Sized = dyn Backend> {
+    core: HoldCore,
     backend: B,
 }
 
-#[derive(Debug, Clone, Copy)]
-enum State {
-    Held {
-        expires_at: SystemTime,
-        /// The local deadline, on the clock that counts suspended time.
-        deadline: BootInstant,
-    },
-    Released {
-        expires_at: SystemTime,
-    },
-    Lost {
-        expires_at: SystemTime,
-    },
+/// A hold's facts and state, kept small: a million held locks cost a million of these.
+///
+/// * The state (held → released | lost) and the one-time flags share one atomic byte; the
+///   expiry (milliseconds since the epoch, as storages count) and the local deadline
+///   (nanoseconds on the boot clock) are atomic words. Renewals store them only while the hold
+///   is held; both are read without a lock.
+/// * The key is inline when short ([`SmallKey`]); the name is a suffix of it (the default
+///   normalizer's key is the name; a prefix normalizer's ends with it) or kept in [`Extra`].
+/// * What only some handles need — the `lost()` wake-up, the lost token, a name that is not a
+///   suffix of the key — lives in [`Extra`], allocated on first use.
+pub(crate) struct HoldCore {
+    key: SmallKey,
+    fencing: u64,
+    /// The lease in nanoseconds; [`LEASE_ELSEWHERE`] for one of 584 years or more (kept in
+    /// [`Extra`]).
+    lease_ns: u64,
+    expires_ms: AtomicU64,
+    deadline_ns: AtomicU64,
+    extra: OnceLock<Box<Extra>>,
+    /// Where the name starts in the key ([`NAME_ELSEWHERE`]: in [`Extra`]).
+    name_at: u16,
+    flags: AtomicU8,
+}
+
+/// `HoldCore::name_at` when the name is not a suffix of the key.
+const NAME_ELSEWHERE: u16 = u16::MAX;
+
+/// `HoldCore::lease_ns` when the lease does not fit 64 bits of nanoseconds.
+const LEASE_ELSEWHERE: u64 = u64::MAX;
+
+/// The parts of a hold most handles never need.
+#[derive(Default)]
+struct Extra {
+    /// Wakes `lost()` futures, the deadline timer and a provider's watchdog task when the
+    /// handle ends (released or lost); they look at the state to tell which.
+    ended: Notify,
+    /// Created by the first `lost_token()` call only.
+    lost_token: OnceLock<CancellationToken>,
+    /// The name, when it is not a suffix of the key.
+    name: Option<Box<str>>,
+    /// The lease, when it is 584 years or more.
+    lease: Option<Duration>,
+}
+
+/// `HoldCore::flags`: the state in the low two bits, then one-time flags.
+const STATE: u8 = 0b11;
+const HELD: u8 = 0;
+const RELEASED: u8 = 1;
+const LOST: u8 = 2;
+/// `release()` or drop ran (only the first does I/O).
+const RELEASE_STARTED: u8 = 0b100;
+/// A deadline timer or a watchdog task of the handle's own runs.
+const TIMER_STARTED: u8 = 0b1000;
+
+fn to_millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn from_millis(ms: u64) -> SystemTime {
+    UNIX_EPOCH
+        .checked_add(Duration::from_millis(ms))
+        .unwrap_or(UNIX_EPOCH)
+}
+
+impl HoldCore {
+    /// The storage key.
+    pub(crate) fn key(&self) -> &SmallKey {
+        &self.key
+    }
+
+    /// The fencing token.
+    pub(crate) fn fencing(&self) -> u64 {
+        self.fencing
+    }
 }
 
 /// What a provider knows right after the storage granted a hold: the input of
 /// [`crate::LockHandle::start`].
 #[derive(Debug, Clone)]
 pub struct HoldGrant {
-    pub(crate) name: Arc<str>,
-    pub(crate) key: Arc<str>,
+    pub(crate) name: GrantName,
+    pub(crate) key: SmallKey,
     pub(crate) fencing: u64,
     pub(crate) lease: Duration,
     pub(crate) expires_at: SystemTime,
@@ -146,10 +248,9 @@ impl HoldGrant {
         expires_at: SystemTime,
         sent_at: BootInstant,
     ) -> Self {
-        let name: Arc<str> = name.into();
         Self {
-            key: name.clone(),
-            name,
+            key: SmallKey::new(name),
+            name: GrantName::Key,
             fencing,
             lease,
             expires_at,
@@ -170,7 +271,13 @@ impl HoldGrant {
     /// ```
     #[must_use]
     pub fn key(mut self, key: &str) -> Self {
-        self.key = key.into();
+        let name = match &self.name {
+            GrantName::Key => self.key.as_str(),
+            GrantName::SuffixAt(at) => self.key.as_str().get(usize::from(*at)..).unwrap_or(""),
+            GrantName::Other(name) => name,
+        };
+        self.name = GrantName::of(key, name);
+        self.key = SmallKey::new(key);
         self
     }
 
@@ -192,26 +299,52 @@ impl HoldGrant {
     }
 }
 
+/// Where a hold's name is, given its key: kept apart only when the key does not end with it.
+#[derive(Debug, Clone)]
+pub(crate) enum GrantName {
+    /// The name is the key (the default normalizer).
+    Key,
+    /// The name is the key from this byte on (a prefix normalizer).
+    SuffixAt(u16),
+    /// Any other normalizer's.
+    Other(Box<str>),
+}
+
+impl GrantName {
+    pub(crate) fn of(key: &str, name: &str) -> Self {
+        match key.len().checked_sub(name.len()) {
+            Some(0) if key == name => Self::Key,
+            Some(at) if key.as_bytes()[at..] == *name.as_bytes() => u16::try_from(at)
+                .ok()
+                .filter(|at| *at != NAME_ELSEWHERE)
+                .map_or_else(|| Self::Other(name.into()), Self::SuffixAt),
+            _ => Self::Other(name.into()),
+        }
+    }
+}
+
 /// Whether a hold of `lease` from now ends by [`crate::Timestamp::MAX`] (judged on this host's
-/// clock; the storage's verdict comes with its expiry, and a grant whose expiry does not fit is
-/// refused there too).
+/// clock, in whole milliseconds as storages count; the storage's verdict comes with its expiry:
+/// a grant whose expiry does not fit is released and refused, a renewal's turns the handle lost).
 ///
 /// The wall clock is read once per process: every lease up to [`Timestamp::MAX`] minus that
-/// reading minus a century fits for the next century, so ordinary leases pass without a clock
-/// read (this check runs on every acquisition); longer ones are judged on a fresh reading.
+/// reading minus a century fits for the next century (unless the clock jumps further ahead), so
+/// ordinary leases pass without a clock read (this check runs on every acquisition); longer ones
+/// are judged on a fresh reading.
 ///
 /// [`Timestamp::MAX`]: crate::Timestamp::MAX
 pub(crate) fn lease_representable(lease: Duration) -> Result<(), LockError> {
     const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
     static SURE_TO_FIT: OnceLock<Duration> = OnceLock::new();
     let room = || {
-        let max = Duration::from_millis(crate::Timestamp::MAX.as_millis());
+        // Fits iff floor_ms(now + lease) <= MAX, i.e. now + lease < MAX + 1 ms.
+        let end = Duration::from_millis(crate::Timestamp::MAX.as_millis() + 1);
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
-        max.saturating_sub(now)
+        end.saturating_sub(now)
     };
-    if lease <= *SURE_TO_FIT.get_or_init(|| room().saturating_sub(CENTURY)) || lease <= room() {
+    if lease < *SURE_TO_FIT.get_or_init(|| room().saturating_sub(CENTURY)) || lease < room() {
         Ok(())
     } else {
         Err(LockError::LeaseOutOfRange { lease })
@@ -242,43 +375,72 @@ fn local_deadline(sent_at: BootInstant, lease: Duration) -> BootInstant {
 }
 
 impl HoldRuntime {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> u8 {
+        self.core.flags.load(Ordering::SeqCst) & STATE
+    }
+
+    /// Held → `to`; whether this call made the change.
+    fn end_as(&self, to: u8) -> bool {
+        self.core
+            .flags
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |f| {
+                (f & STATE == HELD).then_some((f & !STATE) | to)
+            })
+            .is_ok()
+    }
+
+    /// Sets `flag`; whether it was set already.
+    fn flag_was_set(&self, flag: u8) -> bool {
+        self.core.flags.fetch_or(flag, Ordering::AcqRel) & flag != 0
+    }
+
+    /// The parts most handles never need, created on first use.
+    ///
+    /// Ordering with [`Self::wake_ended`]: a waiter takes this, then reads the state; an ender
+    /// changes the state, then looks for this. The two `SeqCst` fences make sure at least one of
+    /// them sees the other's write, so no waiter sleeps through the end of its hold.
+    fn extra(&self) -> &Extra {
+        let extra = self.core.extra.get_or_init(Box::default);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        extra
+    }
+
+    /// After the state changed: wakes whoever waits for the end (see [`Self::extra`]).
+    fn wake_ended(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(extra) = self.core.extra.get() {
+            extra.ended.notify_waiters();
+        }
     }
 
     /// Turns the handle lost if its local deadline has passed; returns whether it is lost.
     fn check_deadline(&self) -> bool {
-        let expired = match *self.state() {
-            State::Held { deadline, .. } => BootInstant::now() >= deadline,
-            State::Lost { .. } => return true,
-            State::Released { .. } => return false,
-        };
-        if expired {
-            self.mark_lost();
+        match self.state() {
+            HELD => {
+                let deadline = self.core.deadline_ns.load(Ordering::Acquire);
+                if BootInstant::now().as_nanos() >= deadline {
+                    self.mark_lost();
+                }
+                self.state() == LOST
+            }
+            state => state == LOST,
         }
-        expired
     }
 
     fn mark_lost(&self) {
-        let mut state = self.state();
-        if let State::Held { expires_at, .. } = *state {
-            *state = State::Lost { expires_at };
-            drop(state);
-            if let Some(token) = self.lost_token.get() {
+        if self.end_as(LOST) {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if let Some(token) = self.core.extra.get().and_then(|e| e.lost_token.get()) {
                 token.cancel();
             }
-            self.ended.notify_waiters();
-            self.backend.on_lost();
+            self.wake_ended();
+            self.backend.on_lost(&self.core);
         }
     }
 
     fn mark_released(&self) {
-        let mut state = self.state();
-        if let State::Held { expires_at, .. } = *state {
-            *state = State::Released { expires_at };
-        }
-        drop(state);
-        self.ended.notify_waiters();
+        self.end_as(RELEASED);
+        self.wake_ended();
     }
 
     /// One renewal. With `fail_on_error` (an explicit renewal), a storage error turns the
@@ -286,15 +448,11 @@ impl HoldRuntime {
     /// [`HoldIo::renew_in_background`]), the error is reported as `Lost` so the caller can retry
     /// before the deadline.
     async fn renew(&self, lease: Duration, fail_on_error: bool) -> RenewalResult {
-        if self.release_started.load(Ordering::Acquire) || self.check_deadline() {
+        if self.core.flags.load(Ordering::Acquire) & RELEASE_STARTED != 0 || self.check_deadline() {
             return RenewalResult::Lost;
         }
         let sent_at = BootInstant::now();
-        let outcome = if fail_on_error {
-            self.backend.renew(lease).await
-        } else {
-            self.backend.renew_in_background(lease).await
-        };
+        let outcome = self.backend.renew(&self.core, lease, !fail_on_error).await;
         let confirmed = match outcome {
             Ok(Some(expires_at)) => expires_at,
             Ok(None) => {
@@ -302,42 +460,39 @@ impl HoldRuntime {
                 return RenewalResult::Lost;
             }
             Err(e) => {
-                tracing::warn!(name = %self.name, error = %e, "renewal could not confirm the hold");
+                tracing::warn!(name = %self.name(), error = %e, "renewal could not confirm the hold");
                 if fail_on_error {
                     self.mark_lost();
                 }
                 return RenewalResult::Lost;
             }
         };
-        let mut state = self.state();
-        match &mut *state {
-            State::Held {
-                expires_at,
-                deadline,
-            } => {
-                let vouched = self.backend.vouched_lease().map_or(lease, |v| v.min(lease));
-                *deadline = local_deadline(sent_at, vouched);
-                *expires_at = confirmed;
-                RenewalResult::Renewed {
-                    expires_at: confirmed,
-                }
-            }
-            _ => RenewalResult::Lost,
+        if self.state() != HELD {
+            return RenewalResult::Lost;
+        }
+        // Stored only while held (a deadline or expiry of an ended hold means nothing).
+        let vouched = self.backend.vouched_lease().map_or(lease, |v| v.min(lease));
+        let deadline = local_deadline(sent_at, vouched);
+        self.core
+            .deadline_ns
+            .store(deadline.as_nanos(), Ordering::Release);
+        let ms = to_millis(confirmed);
+        self.core.expires_ms.store(ms, Ordering::Release);
+        RenewalResult::Renewed {
+            expires_at: from_millis(ms),
         }
     }
 
     fn deadline(&self) -> Option<BootInstant> {
-        match *self.state() {
-            State::Held { deadline, .. } => Some(deadline),
-            _ => None,
-        }
+        let deadline = self.core.deadline_ns.load(Ordering::Acquire);
+        (self.state() == HELD).then(|| BootInstant::from_nanos(deadline))
     }
 }
 
 /// Turns the handle lost at its local deadline (moved by renewals) unless released first.
 async fn deadline_timer(shared: Arc<HoldRuntime>) {
     loop {
-        let ended = shared.ended.notified();
+        let ended = shared.extra().ended.notified();
         tokio::pin!(ended);
         ended.as_mut().enable();
         let Some(deadline) = shared.deadline() else {
@@ -354,8 +509,7 @@ async fn deadline_timer(shared: Arc<HoldRuntime>) {
 /// that watchdogs with the same period renew at the same instants and their renewals can share
 /// one storage call (see `engine::renewals`).
 fn aligned(at: Instant, every: Duration) -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
+    let epoch = epoch();
     let step = (every / 8).as_nanos().max(1);
     let since = at.saturating_duration_since(epoch).as_nanos();
     let back = u64::try_from(since % step).unwrap_or(0);
@@ -378,7 +532,7 @@ enum Step {
 impl HoldRuntime {
     /// The watchdog's decision now, its next renewal being due at `next`.
     fn watch_step(&self, next: Instant) -> Step {
-        if self.release_started.load(Ordering::Acquire) || self.check_deadline() {
+        if self.core.flags.load(Ordering::Acquire) & RELEASE_STARTED != 0 || self.check_deadline() {
             return Step::Stop;
         }
         match self.deadline() {
@@ -394,7 +548,7 @@ impl HoldRuntime {
     async fn watch_renew(&self, every: Duration) -> Option<Instant> {
         let deadline = self.deadline()?;
         let left = deadline.saturating_duration_since(BootInstant::now());
-        match tokio::time::timeout(left, self.renew(self.lease, false)).await {
+        match tokio::time::timeout(left, self.renew(self.lease(), false)).await {
             Ok(RenewalResult::Renewed { .. }) => Some(aligned(Instant::now() + every, every)),
             Ok(RenewalResult::Lost) => {
                 Some(Instant::now() + (every / 4).max(Duration::from_millis(5)))
@@ -414,7 +568,7 @@ impl HoldRuntime {
 async fn watchdog(shared: Arc<HoldRuntime>, every: Duration) {
     let mut next = aligned(Instant::now() + every, every);
     loop {
-        let ended = shared.ended.notified();
+        let ended = shared.extra().ended.notified();
         tokio::pin!(ended);
         ended.as_mut().enable();
         match shared.watch_step(next) {
@@ -451,13 +605,43 @@ pub(crate) struct Watchdogs {
     schedulers: super::per_runtime::PerRuntime<Watch>,
 }
 
+/// 40 bytes (times as [`Tick`]s): with a million auto-renewed holds, the heap is a large part
+/// of what each one costs.
 struct Watch {
     /// When to look at the hold again.
-    at: Instant,
+    at: Tick,
     /// When its next renewal is due.
-    next: Instant,
-    every: Duration,
+    next: Tick,
+    /// The renewal period in nanoseconds (periods beyond 584 years are cut to that: renewing
+    /// early is safe).
+    every_ns: u64,
     hold: std::sync::Weak<HoldRuntime>,
+}
+
+/// The first instant of tokio's clock this process asked for: the origin of [`Tick`]s and of
+/// the renewal grid ([`aligned`]).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// An instant of tokio's clock in 8 bytes: nanoseconds since [`epoch`] (saturating at 584
+/// years).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Tick(u64);
+
+impl Tick {
+    fn of(at: Instant) -> Self {
+        Self(u64::try_from(at.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn instant(self) -> Instant {
+        epoch() + Duration::from_nanos(self.0)
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl PartialEq for Watch {
@@ -480,19 +664,19 @@ impl Ord for Watch {
 
 /// When a scheduled hold must be looked at: its next renewal or its local deadline, on tokio's
 /// clock (suspends are caught by the scheduler's own check).
-fn look_at(next: Instant, deadline: BootInstant) -> Instant {
-    next.min(Instant::now() + deadline.saturating_duration_since(BootInstant::now()))
+fn look_at(next: Instant, deadline: BootInstant) -> Tick {
+    Tick::of(next.min(Instant::now() + deadline.saturating_duration_since(BootInstant::now())))
 }
 
 impl Watchdogs {
     /// Watches `hold`, renewing it every `every`.
     pub(crate) fn watch(&self, hold: &Arc<HoldRuntime>, every: Duration) {
         let next = aligned(Instant::now() + every, every);
-        let at = hold.deadline().map_or(next, |d| look_at(next, d));
+        let at = hold.deadline().map_or(Tick::of(next), |d| look_at(next, d));
         let entry = Watch {
             at,
-            next,
-            every,
+            next: Tick::of(next),
+            every_ns: nanos(every),
             hold: Arc::downgrade(hold),
         };
         self.schedulers.send(entry, schedule);
@@ -507,7 +691,7 @@ async fn schedule(
     let (mut tokio_then, mut boot_then) = (Instant::now(), BootInstant::now());
     loop {
         let check = tokio_then + SUSPEND_CHECK;
-        let wake = heap.peek().map_or(check, |w| w.at.min(check));
+        let wake = heap.peek().map_or(check, |w| w.at.instant().min(check));
         tokio::select! {
             got = rx.recv() => match got {
                 Some(w) => {
@@ -536,7 +720,8 @@ async fn schedule(
                 continue;
             }
         }
-        while heap.peek().is_some_and(|w| w.at <= tokio_now) {
+        let now = Tick::of(tokio_now);
+        while heap.peek().is_some_and(|w| w.at <= now) {
             if let Some(w) = heap.pop() {
                 visit(w, &mut heap, &tx);
             }
@@ -551,7 +736,7 @@ fn visit(
     tx: &tokio::sync::mpsc::WeakUnboundedSender<Watch>,
 ) {
     let Some(hold) = w.hold.upgrade() else { return };
-    match hold.watch_step(w.next) {
+    match hold.watch_step(w.next.instant()) {
         Step::Stop => {}
         Step::Wait { next, deadline } => heap.push(Watch {
             at: look_at(next, deadline),
@@ -560,13 +745,14 @@ fn visit(
         Step::Renew => {
             let Some(tx) = tx.upgrade() else { return };
             tokio::spawn(async move {
-                if let Some(next) = hold.watch_renew(w.every).await
+                let every = Duration::from_nanos(w.every_ns);
+                if let Some(next) = hold.watch_renew(every).await
                     && let Some(deadline) = hold.deadline()
                 {
                     let _ = tx.send(Watch {
                         at: look_at(next, deadline),
-                        next,
-                        every: w.every,
+                        next: Tick::of(next),
+                        every_ns: w.every_ns,
                         hold: w.hold,
                     });
                 }
@@ -580,30 +766,46 @@ impl HoldRuntime {
     /// own, or an entry in `watchdogs`).
     pub(crate) fn start(
         grant: HoldGrant,
-        backend: impl HoldIo,
+        backend: impl Backend,
         watchdogs: Option<&Watchdogs>,
     ) -> Arc<HoldRuntime> {
         let deadline = local_deadline(grant.sent_at, grant.lease);
+        let (name_at, name) = match grant.name {
+            GrantName::Key => (0, None),
+            GrantName::SuffixAt(at) => (at, None),
+            GrantName::Other(name) => (NAME_ELSEWHERE, Some(name)),
+        };
+        let lease_ns = u64::try_from(grant.lease.as_nanos())
+            .ok()
+            .filter(|ns| *ns != LEASE_ELSEWHERE);
+        let lease = lease_ns.is_none().then_some(grant.lease);
+        let extra = if name.is_some() || lease.is_some() {
+            OnceLock::from(Box::new(Extra {
+                name,
+                lease,
+                ..Extra::default()
+            }))
+        } else {
+            OnceLock::new()
+        };
         let shared: Arc<HoldRuntime> = Arc::new(HoldRuntime {
-            name: grant.name,
-            key: grant.key,
-            fencing: grant.fencing,
-            lease: grant.lease,
-            state: Mutex::new(State::Held {
-                expires_at: grant.expires_at,
-                deadline,
-            }),
-            lost_token: OnceLock::new(),
-            ended: Notify::new(),
-            release_started: AtomicBool::new(false),
-            timer_started: AtomicBool::new(false),
+            core: HoldCore {
+                key: grant.key,
+                fencing: grant.fencing,
+                lease_ns: lease_ns.unwrap_or(LEASE_ELSEWHERE),
+                expires_ms: AtomicU64::new(to_millis(grant.expires_at)),
+                deadline_ns: AtomicU64::new(deadline.as_nanos()),
+                extra,
+                name_at,
+                flags: AtomicU8::new(HELD),
+            },
             backend,
         });
         if let Some(every) = grant.auto_renew {
             match watchdogs {
                 Some(w) => w.watch(&shared, every),
                 None => {
-                    shared.timer_started.store(true, Ordering::Relaxed);
+                    shared.flag_was_set(TIMER_STARTED);
                     tokio::spawn(watchdog(shared.clone(), every));
                 }
             }
@@ -612,27 +814,40 @@ impl HoldRuntime {
     }
 
     pub(crate) fn name(&self) -> &str {
-        &self.name
+        let key = self.core.key.as_str();
+        match self.core.name_at {
+            NAME_ELSEWHERE => self
+                .core
+                .extra
+                .get()
+                .and_then(|e| e.name.as_deref())
+                .unwrap_or(key),
+            at => key.get(usize::from(at)..).unwrap_or(key),
+        }
     }
 
     pub(crate) fn key(&self) -> &str {
-        &self.key
+        self.core.key.as_str()
     }
 
     pub(crate) fn fencing(&self) -> u64 {
-        self.fencing
+        self.core.fencing
     }
 
     pub(crate) fn lease(&self) -> Duration {
-        self.lease
+        match self.core.lease_ns {
+            LEASE_ELSEWHERE => self
+                .core
+                .extra
+                .get()
+                .and_then(|e| e.lease)
+                .unwrap_or(Duration::from_nanos(LEASE_ELSEWHERE)),
+            ns => Duration::from_nanos(ns),
+        }
     }
 
     pub(crate) fn expires_at(&self) -> SystemTime {
-        match *self.state() {
-            State::Held { expires_at, .. }
-            | State::Released { expires_at }
-            | State::Lost { expires_at } => expires_at,
-        }
+        from_millis(self.core.expires_ms.load(Ordering::Acquire))
     }
 
     pub(crate) fn time_left(&self) -> Option<Duration> {
@@ -644,22 +859,23 @@ impl HoldRuntime {
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        self.check_deadline();
-        matches!(*self.state(), State::Lost { .. })
+        self.check_deadline()
     }
 
     pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
         let shared = self.clone();
         async move {
             loop {
-                let notified = shared.ended.notified();
+                let notified = shared.extra().ended.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                let state = *shared.state();
-                let deadline = match state {
-                    State::Held { deadline, .. } => deadline,
-                    State::Lost { .. } => return,
-                    State::Released { .. } => std::future::pending().await,
+                let deadline = match shared.state() {
+                    HELD => match shared.deadline() {
+                        Some(deadline) => deadline,
+                        None => continue, // ended just now: look again
+                    },
+                    LOST => return,
+                    _ => std::future::pending().await,
                 };
                 tokio::select! {
                     () = notified => {}
@@ -670,12 +886,17 @@ impl HoldRuntime {
     }
 
     pub(crate) fn lost_token(self: &Arc<Self>) -> CancellationToken {
-        let token = self.lost_token.get_or_init(CancellationToken::new).clone();
-        // `mark_lost` may have run before the token existed.
-        if matches!(*self.state(), State::Lost { .. }) {
+        let token = self
+            .extra()
+            .lost_token
+            .get_or_init(CancellationToken::new)
+            .clone();
+        // `mark_lost` may have run before the token existed (see `extra` for the ordering).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.state() == LOST {
             token.cancel();
         }
-        if !self.timer_started.swap(true, Ordering::AcqRel) {
+        if !self.flag_was_set(TIMER_STARTED) {
             tokio::spawn(deadline_timer(self.clone()));
         }
         token
@@ -691,22 +912,22 @@ impl HoldRuntime {
                 "must be greater than zero",
             ));
         }
-        let lease = lease.unwrap_or(self.lease);
+        let lease = lease.unwrap_or_else(|| self.lease());
         lease_representable(lease)?;
         Ok(self.renew(lease, true).await)
     }
 
     pub(crate) async fn release(&self) -> Result<(), LockError> {
-        if self.release_started.swap(true, Ordering::AcqRel) {
+        if self.flag_was_set(RELEASE_STARTED) {
             return Ok(());
         }
         self.mark_released();
-        self.backend.release().await
+        self.backend.release(&self.core).await
     }
 
     /// The handle was dropped: release in the background unless already released.
     pub(crate) fn dropped(self: &Arc<Self>) {
-        if self.release_started.swap(true, Ordering::AcqRel) {
+        if self.flag_was_set(RELEASE_STARTED) {
             return;
         }
         self.mark_released();
@@ -714,7 +935,7 @@ impl HoldRuntime {
         // Without a runtime the hold simply lapses at its lease.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = shared.backend.release().await {
+                if let Err(e) = shared.backend.release(&shared.core).await {
                     tracing::warn!(error = %e, "background release of a dropped lock handle failed");
                 }
             });
@@ -724,11 +945,17 @@ impl HoldRuntime {
 
 impl fmt::Debug for HoldRuntime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state() {
+            HELD => "held",
+            RELEASED => "released",
+            _ => "lost",
+        };
         f.debug_struct("LockHandle")
-            .field("name", &self.name)
-            .field("key", &self.key)
-            .field("fencing_token", &self.fencing)
-            .field("state", &*self.state())
+            .field("name", &self.name())
+            .field("key", &self.key())
+            .field("fencing_token", &self.core.fencing)
+            .field("state", &state)
+            .field("expires_at", &self.expires_at())
             .finish()
     }
 }
@@ -739,6 +966,75 @@ mod tests {
 
     use crate::clock::suspend::sleep_machine;
     use crate::{AcquireOptions, MemoryStorage, StorageLock, Wait};
+
+    /// The compact handle keeps every fact exactly, whichever way it stores it: a name that is
+    /// the key, a suffix of it or neither; a key inline or boxed; a lease in nanoseconds or one
+    /// too long for them.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_handle_reports_what_it_was_granted() {
+        #[derive(Debug)]
+        struct Upper;
+        impl crate::KeyNormalizer for Upper {
+            fn normalize<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+                name.to_uppercase().into()
+            }
+        }
+        let long_name = "n".repeat(40);
+        let centuries = Duration::from_secs(86_400 * 365 * 1000);
+        let cases: Vec<(StorageLock<MemoryStorage>, &str, &str)> = vec![
+            (
+                StorageLock::new(MemoryStorage::new()).unwrap(),
+                "jobs/1",
+                "jobs/1",
+            ),
+            (
+                StorageLock::new(MemoryStorage::new()).unwrap(),
+                &long_name,
+                &long_name,
+            ),
+            (
+                StorageLock::builder(MemoryStorage::new())
+                    .normalizer(crate::PrefixNormalizer::new("billing/"))
+                    .build()
+                    .unwrap(),
+                "jobs/1",
+                "billing/jobs/1",
+            ),
+            (
+                StorageLock::builder(MemoryStorage::new())
+                    .normalizer(Upper)
+                    .build()
+                    .unwrap(),
+                "jobs/1",
+                "JOBS/1",
+            ),
+        ];
+        for (locks, name, key) in cases {
+            for lease in [Duration::from_millis(1500), centuries] {
+                let opts = AcquireOptions::default().wait(Wait::Never).lease(lease);
+                let h = locks.try_acquire(name, &opts).await.unwrap().unwrap();
+                assert_eq!((h.name(), h.key(), h.lease()), (name, key, lease));
+                let stored = crate::Storage::get(locks.storage().as_ref(), key)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .record;
+                assert_eq!(h.fencing_token(), stored.fencing);
+                assert_eq!(h.expires_at(), stored.expires_at.to_system_time().unwrap());
+                assert!(!h.is_lost() && h.time_left().is_some());
+                h.release().await.unwrap();
+                assert!(!h.is_lost() && h.time_left().is_none());
+            }
+        }
+    }
+
+    /// An auto-renewed hold costs one of these in its engine's heap besides its handle.
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn a_watchdog_entry_stays_small() {
+        // Two ticks, the period, and a weak pointer to the (unsized) handle runtime.
+        assert!(std::mem::size_of::<super::Watch>() <= 40);
+    }
 
     /// An auto-renewed hold (watched by the engine's one timer structure, not a task of its
     /// own) whose machine was suspended past its lease is found lost by the scheduler within

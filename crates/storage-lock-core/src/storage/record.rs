@@ -54,58 +54,62 @@ impl Timestamp {
 /// An owner id is the secret that renews and releases a hold; the engine draws a fresh one for
 /// every [`crate::LockHandle`] from a cryptographically secure generator. The reentrant API
 /// ([`crate::StorageLock::lock_reentrant`]) takes the caller's own.
+///
+/// Kept as two 64-bit halves (high, low), not a `u128`: that keeps its alignment, and so a
+/// [`LockRecord`]'s, at 8 bytes (a `u128` is 16-aligned), which saves 8 bytes in every record a
+/// storage keeps and in every handle. Ordering is that of the 128-bit number.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OwnerId(u128);
+pub struct OwnerId([u64; 2]);
 
 impl OwnerId {
     /// The owner written into the tombstone of a force-released hold
     /// ([`crate::StorageExt::force_release`]), so the evicted owner can be told *why* its hold
     /// is gone. Servers refuse it as a client-chosen owner.
-    pub const NOBODY: Self = Self(0);
+    pub const NOBODY: Self = Self([0, 0]);
 
     /// A fresh random owner id (thread-local CSPRNG).
     pub fn random() -> Self {
-        Self(rand::random())
+        Self::from_u128(rand::random())
     }
 
     /// The owner id with the given bits.
     pub const fn from_u128(bits: u128) -> Self {
-        Self(bits)
+        Self([(bits >> 64) as u64, bits as u64])
     }
 
     /// The 128 bits of this id.
     pub const fn as_u128(self) -> u128 {
-        self.0
+        ((self.0[0] as u128) << 64) | self.0[1] as u128
     }
 
     /// The 16 big-endian bytes of this id (how SQL backends store it).
     pub const fn to_bytes(self) -> [u8; 16] {
-        self.0.to_be_bytes()
+        self.as_u128().to_be_bytes()
     }
 
     /// The owner id stored as 16 big-endian bytes.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        Some(Self(u128::from_be_bytes(bytes.try_into().ok()?)))
+        Some(Self::from_u128(u128::from_be_bytes(bytes.try_into().ok()?)))
     }
 }
 
 impl fmt::Display for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        write!(f, "{:032x}", self.as_u128())
     }
 }
 
 impl fmt::Debug for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Only a prefix: the full id is a secret that renews and releases the hold.
-        write!(f, "OwnerId({:08x}…)", (self.0 >> 96) as u32)
+        write!(f, "OwnerId({:08x}…)", self.0[0] >> 32)
     }
 }
 
 impl std::str::FromStr for OwnerId {
     type Err = std::num::ParseIntError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        u128::from_str_radix(s, 16).map(Self)
+        u128::from_str_radix(s, 16).map(Self::from_u128)
     }
 }
 
