@@ -4,46 +4,25 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
 
-/// The longest key kept inline (24 bytes in all, the size of a `String`).
-const INLINE: usize = 22;
+use smol_str::SmolStr;
 
-/// A key: inline up to 22 bytes, boxed beyond. Cheap to clone when inline (a copy).
+/// A key: 24 bytes, inline up to 23 bytes ([`SmolStr`]; longer keys are shared, so a clone is
+/// always cheap).
 #[derive(Clone)]
-pub(crate) enum SmallKey {
-    Inline { len: u8, bytes: [u8; INLINE] },
-    Heap(Box<str>),
-}
+pub(crate) struct SmallKey(SmolStr);
 
 impl SmallKey {
     pub(crate) fn new(key: &str) -> Self {
-        match u8::try_from(key.len()) {
-            Ok(len) if key.len() <= INLINE => {
-                let mut bytes = [0; INLINE];
-                bytes[..key.len()].copy_from_slice(key.as_bytes());
-                Self::Inline { len, bytes }
-            }
-            _ => Self::Heap(key.into()),
-        }
-    }
-
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        match self {
-            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Self::Heap(s) => s.as_bytes(),
-        }
+        Self(SmolStr::new(key))
     }
 
     pub(crate) fn as_str(&self) -> &str {
-        match self {
-            // The bytes are a whole `&str` copied in `new`: always valid UTF-8.
-            Self::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
-            Self::Heap(s) => s,
-        }
+        self.0.as_str()
     }
 
-    /// Whether this is `key` (compares bytes: no UTF-8 check).
+    /// Whether this is `key`.
     pub(crate) fn is(&self, key: &str) -> bool {
-        self.as_bytes() == key.as_bytes()
+        self.as_str() == key
     }
 
     /// The hash of `key` under `state`, the same for a `SmallKey` and its `&str`.
@@ -54,9 +33,7 @@ impl SmallKey {
     }
 
     pub(crate) fn hash_with(&self, state: &impl BuildHasher) -> u64 {
-        let mut h = state.build_hasher();
-        self.as_bytes().hash(&mut h);
-        h.finish()
+        Self::hash_str(state, self.as_str())
     }
 }
 
@@ -85,23 +62,19 @@ mod tests {
     use super::SmallKey;
 
     #[test]
-    fn keys_round_trip_inline_and_boxed() {
+    fn keys_round_trip_inline_and_shared() {
         assert_eq!(std::mem::size_of::<SmallKey>(), 24);
         for key in [
             "",
             "a",
             "held-0000001",
-            "ü-22-bytes-exactly-xy",
-            "x".repeat(23).as_str(),
+            "ü-23-bytes-exactly-xyz",
+            "x".repeat(24).as_str(),
         ] {
             let k = SmallKey::new(key);
             assert_eq!(k.as_str(), key);
             assert!(k.is(key));
-            assert_eq!(
-                matches!(k, SmallKey::Inline { .. }),
-                key.len() <= 22,
-                "{key:?}"
-            );
+            assert_eq!(k.0.is_heap_allocated(), key.len() > 23, "{key:?}");
             let state = std::collections::hash_map::RandomState::new();
             assert_eq!(k.hash_with(&state), SmallKey::hash_str(&state, key));
         }
