@@ -402,6 +402,15 @@ mod tests {
         }
     }
 
+    /// A held lock costs the table one allocation of this (88 bytes: 96 in glibc's size
+    /// classes) and an 8-byte bucket; `benches/holds.rs` measures the whole cost per hold.
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn an_entry_stays_small() {
+        let entry = std::mem::size_of::<Entry>();
+        assert!(entry <= 88, "Entry is {entry} bytes");
+    }
+
     /// With a manual clock, expiry is decided by the storage clock alone: no sleeping, and the
     /// takeover gets the next fencing token.
     #[tokio::test]

@@ -2,7 +2,7 @@
 //! memory table's entry need no allocation of their own for it.
 
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 
 use smol_str::SmolStr;
 
@@ -27,9 +27,7 @@ impl SmallKey {
 
     /// The hash of `key` under `state`, the same for a `SmallKey` and its `&str`.
     pub(crate) fn hash_str(state: &impl BuildHasher, key: &str) -> u64 {
-        let mut h = state.build_hasher();
-        key.as_bytes().hash(&mut h);
-        h.finish()
+        state.hash_one(key.as_bytes())
     }
 
     pub(crate) fn hash_with(&self, state: &impl BuildHasher) -> u64 {
