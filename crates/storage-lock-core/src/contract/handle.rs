@@ -135,7 +135,8 @@ impl LockHandle {
         self.runtime.lease()
     }
 
-    /// The authoritative expiry (storage clock) as of the last confirmed acquire/renew.
+    /// The authoritative expiry (storage clock) as of the last confirmed acquire/renew, to the
+    /// millisecond (as storages count it; a provider's finer expiry is rounded down).
     /// Meaningless once the handle is lost or released.
     ///
     /// # Examples

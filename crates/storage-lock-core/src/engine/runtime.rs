@@ -56,6 +56,7 @@ use crate::small_key::SmallKey;
 pub trait HoldIo: Send + Sync + 'static {
     /// Extends the hold by `lease`. `Ok(Some(expiry))` if the storage confirmed the hold,
     /// `Ok(None)` if it is not held; errors mean "unknown" (the handle treats them fail-closed).
+    /// The handle keeps the expiry to the millisecond (as storages count), rounded down.
     ///
     /// # Errors
     /// Any error means the outcome is unknown.
@@ -146,8 +147,8 @@ pub(crate) struct HoldRuntime<B: ?Sized = dyn Backend> {
 ///
 /// * The state (held → released | lost) and the one-time flags share one atomic byte; the
 ///   expiry (milliseconds since the epoch, as storages count) and the local deadline
-///   (nanoseconds on the boot clock) are atomic words. Renewals store them only while the hold
-///   is held; both are read without a lock.
+///   (nanoseconds on the boot clock) are atomic words, read without a lock. A renewal stores
+///   them, then confirms only if the hold is still held (once ended, they mean nothing).
 /// * The key is inline when short ([`SmallKey`]); the name is a suffix of it (the default
 ///   normalizer's key is the name; a prefix normalizer's ends with it) or kept in [`Extra`].
 /// * What only some handles need — the `lost()` wake-up, the lost token, a name that is not a
@@ -221,7 +222,7 @@ impl HoldCore {
 
 /// What a provider knows right after the storage granted a hold: the input of
 /// [`crate::LockHandle::start`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HoldGrant {
     pub(crate) name: GrantName,
     pub(crate) key: SmallKey,
@@ -233,7 +234,30 @@ pub struct HoldGrant {
     pub(crate) auto_renew: Option<Duration>,
 }
 
+impl fmt::Debug for HoldGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HoldGrant")
+            .field("name", &self.name_str())
+            .field("key", &self.key.as_str())
+            .field("fencing", &self.fencing)
+            .field("lease", &self.lease)
+            .field("expires_at", &self.expires_at)
+            .field("sent_at", &self.sent_at)
+            .field("auto_renew", &self.auto_renew)
+            .finish()
+    }
+}
+
 impl HoldGrant {
+    /// The name (see [`GrantName`]).
+    fn name_str(&self) -> &str {
+        match &self.name {
+            GrantName::Key => self.key.as_str(),
+            GrantName::SuffixAt(at) => self.key.as_str().get(usize::from(*at)..).unwrap_or(""),
+            GrantName::Other(name) => name,
+        }
+    }
+
     /// A grant of `name` with fencing token `fencing` for `lease`, which the authority says ends
     /// at `expires_at`; `sent_at` was taken *before* the acquire request was sent, and the
     /// handle's local deadline is `sent_at + lease − safety margin`. The key is the name and
@@ -271,12 +295,7 @@ impl HoldGrant {
     /// ```
     #[must_use]
     pub fn key(mut self, key: &str) -> Self {
-        let name = match &self.name {
-            GrantName::Key => self.key.as_str(),
-            GrantName::SuffixAt(at) => self.key.as_str().get(usize::from(*at)..).unwrap_or(""),
-            GrantName::Other(name) => name,
-        };
-        self.name = GrantName::of(key, name);
+        self.name = GrantName::of(key, self.name_str());
         self.key = SmallKey::new(key);
         self
     }
@@ -470,14 +489,19 @@ impl HoldRuntime {
         if self.state() != HELD {
             return RenewalResult::Lost;
         }
-        // Stored only while held (a deadline or expiry of an ended hold means nothing).
         let vouched = self.backend.vouched_lease().map_or(lease, |v| v.min(lease));
         let deadline = local_deadline(sent_at, vouched);
         self.core
             .deadline_ns
-            .store(deadline.as_nanos(), Ordering::Release);
+            .store(deadline.as_nanos(), Ordering::SeqCst);
         let ms = to_millis(confirmed);
-        self.core.expires_ms.store(ms, Ordering::Release);
+        self.core.expires_ms.store(ms, Ordering::SeqCst);
+        // The hold may have ended meanwhile (released, or lost by a check that read the old
+        // deadline): then this renewal confirms nothing. Still held now = the renewal took
+        // effect before any end.
+        if self.state() != HELD {
+            return RenewalResult::Lost;
+        }
         RenewalResult::Renewed {
             expires_at: from_millis(ms),
         }
@@ -625,18 +649,31 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// An instant of tokio's clock in 8 bytes: nanoseconds since [`epoch`] (saturating at 584
-/// years).
+/// An instant of tokio's clock in 8 bytes: signed nanoseconds from [`epoch`] (saturating at
+/// ±292 years). Signed because a runtime whose clock is paused (tests) may be behind the
+/// instant another runtime set the epoch at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Tick(u64);
+struct Tick(i64);
 
 impl Tick {
     fn of(at: Instant) -> Self {
-        Self(u64::try_from(at.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX))
+        let epoch = epoch();
+        let signed = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        match at.checked_duration_since(epoch) {
+            Some(after) => Self(signed(after)),
+            None => Self(-signed(epoch.saturating_duration_since(at))),
+        }
     }
 
     fn instant(self) -> Instant {
-        epoch() + Duration::from_nanos(self.0)
+        let epoch = epoch();
+        let by = Duration::from_nanos(self.0.unsigned_abs());
+        if self.0 >= 0 {
+            epoch + by
+        } else {
+            // `at` was representable, so `epoch - (epoch - at)` is.
+            epoch.checked_sub(by).unwrap_or(epoch)
+        }
     }
 }
 
@@ -713,32 +750,33 @@ async fn schedule(
             (tokio_then, boot_then) = (tokio_now, boot_now);
             if suspended {
                 // Every local deadline may have passed: look at every hold now.
-                let all = std::mem::take(&mut heap);
-                for w in all {
-                    visit(w, &mut heap, &tx);
+                let mut later = Vec::with_capacity(heap.len());
+                for w in std::mem::take(&mut heap) {
+                    visit(w, &mut later, &tx);
                 }
+                heap.extend(later);
                 continue;
             }
         }
         let now = Tick::of(tokio_now);
+        // Entries put back go in after the round, so that none can be visited twice in it.
+        let mut later = Vec::new();
         while heap.peek().is_some_and(|w| w.at <= now) {
             if let Some(w) = heap.pop() {
-                visit(w, &mut heap, &tx);
+                visit(w, &mut later, &tx);
             }
         }
+        heap.extend(later);
     }
 }
 
-/// Looks at one due entry: drops it, puts it back for later, or starts its renewal.
-fn visit(
-    w: Watch,
-    heap: &mut std::collections::BinaryHeap<Watch>,
-    tx: &tokio::sync::mpsc::WeakUnboundedSender<Watch>,
-) {
+/// Looks at one due entry: drops it, puts it back for later (into `later`), or starts its
+/// renewal.
+fn visit(w: Watch, later: &mut Vec<Watch>, tx: &tokio::sync::mpsc::WeakUnboundedSender<Watch>) {
     let Some(hold) = w.hold.upgrade() else { return };
     match hold.watch_step(w.next.instant()) {
         Step::Stop => {}
-        Step::Wait { next, deadline } => heap.push(Watch {
+        Step::Wait { next, deadline } => later.push(Watch {
             at: look_at(next, deadline),
             ..w
         }),
@@ -1025,6 +1063,22 @@ mod tests {
                 h.release().await.unwrap();
                 assert!(!h.is_lost() && h.time_left().is_none());
             }
+        }
+    }
+
+    /// Ticks keep instants on either side of the epoch (a paused runtime's clock may be behind
+    /// it) and keep their order.
+    #[test]
+    fn ticks_round_trip_around_the_epoch() {
+        use super::{Tick, epoch};
+        let epoch = epoch();
+        let later = epoch + Duration::from_millis(1500);
+        let earlier = epoch.checked_sub(Duration::from_millis(700));
+        assert_eq!(Tick::of(later).instant(), later);
+        assert_eq!(Tick::of(epoch).instant(), epoch);
+        if let Some(earlier) = earlier {
+            assert_eq!(Tick::of(earlier).instant(), earlier);
+            assert!(Tick::of(earlier) < Tick::of(epoch) && Tick::of(epoch) < Tick::of(later));
         }
     }
 
