@@ -84,13 +84,13 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 req.owner,
                 granted.granted_at, // hold time (a metric) starts here
             );
-            let built = granted
-                .expires_at
-                .to_system_time()
+            // An expiry past `Timestamp::MAX` cannot be shown as a `SystemTime`: refused.
+            let built = (granted.expires_at <= Timestamp::MAX)
+                .then_some(granted.expires_at.as_millis())
                 .ok_or(LockError::LeaseOutOfRange {
                     lease: options.lease,
                 })
-                .map(|expires_at| {
+                .map(|expires_ms| {
                     let grant = HoldGrant {
                         // The default normalizer maps a name to itself (and a prefix normalizer
                         // to a key that ends with it): then the handle keeps no copy.
@@ -98,7 +98,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         key: key.clone(),
                         fencing: granted.fencing,
                         lease: options.lease,
-                        expires_at,
+                        expires_ms,
                         sent_at: granted.sent_at,
                         auto_renew: options.auto_renew,
                     };

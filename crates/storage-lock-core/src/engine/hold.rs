@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use super::events::LockEventKind;
-use super::runtime::{Backend, HoldCore};
+use super::runtime::{Backend, HoldCore, Releasing};
 use super::{HoldContext, telemetry};
 use crate::clock::BootInstant;
 use crate::contract::LockError;
@@ -85,11 +85,10 @@ impl<S: Storage + ?Sized> Backend for EngineHold<S> {
         self.renewed(hold, outcome)
     }
 
-    async fn release(&self, hold: &HoldCore) -> Result<(), LockError> {
+    fn release<'a>(&'a self, hold: &'a HoldCore) -> Releasing<'a> {
         self.end(hold, LockEventKind::Released);
         let key = hold.key().as_str();
-        self.via.storage.as_ref().release(key, self.owner).await?;
-        Ok(())
+        Releasing::Storage(self.via.storage.as_ref().release(key, self.owner))
     }
 
     fn on_lost(&self, hold: &HoldCore) {

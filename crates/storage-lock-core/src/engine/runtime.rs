@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::BootInstant;
 use crate::contract::{LockError, RenewalResult, safety_margin};
 use crate::small_key::SmallKey;
+use crate::storage::{ReleaseOutcome, StorageError};
 
 /// The provider side of a [`crate::LockHandle`]: how to renew and release one hold.
 ///
@@ -98,14 +99,41 @@ pub(crate) trait Backend: Send + Sync + 'static {
         lease: Duration,
         background: bool,
     ) -> Result<Option<SystemTime>, LockError>;
-    /// As [`HoldIo::release`].
-    async fn release(&self, hold: &HoldCore) -> Result<(), LockError>;
+    /// As [`HoldIo::release`]; the returned future does the I/O (see [`Releasing`]).
+    fn release<'a>(&'a self, hold: &'a HoldCore) -> Releasing<'a>;
     /// As [`HoldIo::vouched_lease`].
     fn vouched_lease(&self) -> Option<Duration> {
         None
     }
     /// As [`HoldIo::on_lost`].
     fn on_lost(&self, _hold: &HoldCore) {}
+}
+
+/// The future of [`Backend::release`]: the storage's own (already boxed) release future for
+/// the engine's handles, so a release allocates no second future around it; a provider's
+/// [`HoldIo::release`] future otherwise.
+pub(crate) enum Releasing<'a> {
+    Storage(BoxFuture<'a, Result<ReleaseOutcome, StorageError>>),
+    Io(BoxFuture<'a, Result<(), LockError>>),
+}
+
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+impl Future for Releasing<'_> {
+    type Output = Result<(), LockError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.get_mut() {
+            Self::Storage(f) => f
+                .as_mut()
+                .poll(cx)
+                .map(|r| r.map(|_| ()).map_err(Into::into)),
+            Self::Io(f) => f.as_mut().poll(cx),
+        }
+    }
 }
 
 /// A provider's [`HoldIo`] as a [`Backend`].
@@ -125,8 +153,8 @@ impl<I: HoldIo> Backend for Io<I> {
             self.0.renew(lease).await
         }
     }
-    async fn release(&self, _hold: &HoldCore) -> Result<(), LockError> {
-        self.0.release().await
+    fn release<'a>(&'a self, _hold: &'a HoldCore) -> Releasing<'a> {
+        Releasing::Io(self.0.release())
     }
     fn vouched_lease(&self) -> Option<Duration> {
         self.0.vouched_lease()
@@ -228,7 +256,8 @@ pub struct HoldGrant {
     pub(crate) key: SmallKey,
     pub(crate) fencing: u64,
     pub(crate) lease: Duration,
-    pub(crate) expires_at: SystemTime,
+    /// The expiry in milliseconds since the epoch, rounded down (as the handle keeps it).
+    pub(crate) expires_ms: u64,
     /// Taken before the acquire request was sent.
     pub(crate) sent_at: BootInstant,
     pub(crate) auto_renew: Option<Duration>,
@@ -241,7 +270,7 @@ impl fmt::Debug for HoldGrant {
             .field("key", &self.key.as_str())
             .field("fencing", &self.fencing)
             .field("lease", &self.lease)
-            .field("expires_at", &self.expires_at)
+            .field("expires_at", &from_millis(self.expires_ms))
             .field("sent_at", &self.sent_at)
             .field("auto_renew", &self.auto_renew)
             .finish()
@@ -277,7 +306,7 @@ impl HoldGrant {
             name: GrantName::Key,
             fencing,
             lease,
-            expires_at,
+            expires_ms: to_millis(expires_at),
             sent_at,
             auto_renew: None,
         }
@@ -831,7 +860,7 @@ impl HoldRuntime {
                 key: grant.key,
                 fencing: grant.fencing,
                 lease_ns: lease_ns.unwrap_or(LEASE_ELSEWHERE),
-                expires_ms: AtomicU64::new(to_millis(grant.expires_at)),
+                expires_ms: AtomicU64::new(grant.expires_ms),
                 deadline_ns: AtomicU64::new(deadline.as_nanos()),
                 extra,
                 name_at,
