@@ -6,38 +6,13 @@
 //!
 //! `cycle (naive|engine) N` runs N cycles and prints the time per cycle.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+#[path = "support/naive_table.rs"]
+mod naive_table;
+
 use std::time::Instant;
 
+use naive_table::NaiveTable;
 use storage_lock_core::{AcquireOptions, MemoryStorage, StorageLock};
-
-/// The least a lock table can do: a map of held keys and a token counter.
-#[derive(Default)]
-struct NaiveTable {
-    held: Mutex<HashMap<String, u64>>,
-    next: Mutex<u64>,
-}
-
-impl NaiveTable {
-    fn try_lock(&self, key: &str) -> Option<u64> {
-        let mut held = self.held.lock().unwrap();
-        if held.contains_key(key) {
-            return None;
-        }
-        let token = {
-            let mut n = self.next.lock().unwrap();
-            *n += 1;
-            *n
-        };
-        held.insert(key.to_owned(), token);
-        Some(token)
-    }
-
-    fn unlock(&self, key: &str) {
-        self.held.lock().unwrap().remove(key);
-    }
-}
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -861,23 +861,30 @@ pub async fn list_with_page_size_zero_makes_progress<S: Storage>(s: S) {
     assert_eq!(listed.entries.len(), 2, "0 means the default page size");
 }
 
-/// The promise of [`storage_lock_core::Capabilities::change_notifications`] covers every way a
-/// key becomes free, not only `release`: an administrator's `force_release` (a tombstone written
-/// with the `update` primitive) wakes a waiter too, so the lock passes on at once instead of at
-/// the waiter's next re-check (the engine re-checks every 2 s).
-pub async fn force_release_wakes_waiters<S: Storage>(s: S) {
-    let key = unique_prefix("force-wake") + "k";
+/// A fresh key held by a fresh owner for 60 s with a waiter on it, as the engine waits: a
+/// change wait armed, then an attempt refused as busy (what tells some backends, e.g.
+/// PostgreSQL, that freeing the key must notify). `None` if the storage does not declare
+/// change notifications; its wait must then say it is unsupported.
+async fn held_with_a_waiter<S: Storage>(
+    s: &S,
+    prefix: &str,
+) -> Option<(String, OwnerId, storage_lock_core::ChangeWait)> {
+    let key = unique_prefix(prefix) + "k";
     let a = OwnerId::random();
     s.acquire_once(&key, &request(a, Duration::from_secs(60), false))
         .await
         .unwrap();
     let change = s.wait_for_change(&key).await.unwrap();
     if !s.capabilities().change_notifications {
-        return; // `declared_change_notifications_are_delivered` checks the refusal
+        assert!(!change.is_supported(), "a wait without the capability");
+        return None;
     }
+    assert!(
+        change.is_supported(),
+        "declared, but the wait is unsupported"
+    );
     // Let a listener connection come up before the change it must report.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // As the engine does: arm, then try (a busy attempt marks the record on some backends).
     let busy = s
         .acquire_once(
             &key,
@@ -886,6 +893,17 @@ pub async fn force_release_wakes_waiters<S: Storage>(s: S) {
         .await
         .unwrap();
     assert!(matches!(busy, AcquireOutcome::Busy { .. }), "{busy:?}");
+    Some((key, a, change))
+}
+
+/// The promise of [`storage_lock_core::Capabilities::change_notifications`] covers every way a
+/// key becomes free, not only `release`: an administrator's `force_release` (a tombstone written
+/// with the `update` primitive) wakes a waiter too, so the lock passes on at once instead of at
+/// the waiter's next re-check (the engine re-checks every 2 s).
+pub async fn force_release_wakes_waiters<S: Storage>(s: S) {
+    let Some((key, a, change)) = held_with_a_waiter(&s, "force-wake").await else {
+        return;
+    };
     let ended = s.force_release(&key).await.unwrap().expect("it was held");
     assert_eq!(ended.owner, a);
     tokio::time::timeout(Duration::from_secs(5), change.changed())
@@ -898,32 +916,9 @@ pub async fn force_release_wakes_waiters<S: Storage>(s: S) {
 /// holder releases (well before the hold's expiry); one that does not returns an unsupported
 /// wait (waiters back off).
 pub async fn declared_change_notifications_are_delivered<S: Storage>(s: S) {
-    let key = unique_prefix("notify") + "k";
-    let a = OwnerId::random();
-    s.acquire_once(&key, &request(a, Duration::from_secs(60), false))
-        .await
-        .unwrap();
-    let change = s.wait_for_change(&key).await.unwrap();
-    if !s.capabilities().change_notifications {
-        assert!(!change.is_supported(), "a wait without the capability");
+    let Some((key, a, change)) = held_with_a_waiter(&s, "notify").await else {
         return;
-    }
-    assert!(
-        change.is_supported(),
-        "declared, but the wait is unsupported"
-    );
-    // Let a listener connection come up before the change it must report.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // As the engine does: arm, then try. A busy attempt is what tells some backends (e.g.
-    // PostgreSQL) that a release must notify.
-    let busy = s
-        .acquire_once(
-            &key,
-            &request(OwnerId::random(), Duration::from_secs(60), false),
-        )
-        .await
-        .unwrap();
-    assert!(matches!(busy, AcquireOutcome::Busy { .. }), "{busy:?}");
+    };
     s.release(&key, a).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), change.changed())
         .await

@@ -2,35 +2,10 @@
 
 #![allow(dead_code, missing_docs)] // each bench uses a subset; bench helpers
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
-/// The naive baseline: a keyed `Mutex<HashMap>` lock table (insert-if-absent, remove).
-#[derive(Default)]
-pub struct NaiveTable {
-    held: Mutex<HashMap<String, u64>>,
-    next: Mutex<u64>,
-}
-
-impl NaiveTable {
-    pub fn try_lock(&self, key: &str) -> Option<u64> {
-        let mut held = self.held.lock().unwrap();
-        if held.contains_key(key) {
-            return None;
-        }
-        let token = {
-            let mut n = self.next.lock().unwrap();
-            *n += 1;
-            *n
-        };
-        held.insert(key.to_owned(), token);
-        Some(token)
-    }
-
-    pub fn unlock(&self, key: &str) {
-        self.held.lock().unwrap().remove(key);
-    }
-}
+#[path = "../../../storage-lock-core/benches/support/naive_table.rs"]
+mod naive_table;
+#[allow(unused_imports)] // each bench uses a subset
+pub use naive_table::NaiveTable;
 
 /// A raw SQLite lock table: `INSERT OR IGNORE` + `DELETE`, the least a SQL lock can do.
 pub struct RawSqlite {
