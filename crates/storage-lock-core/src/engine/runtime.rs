@@ -65,7 +65,8 @@ pub trait HoldIo: Send + Sync + 'static {
     /// What the watchdog (auto-renew) calls instead of [`Self::renew`]: the default is
     /// [`Self::renew`]; a provider that coalesces background renewals (the storage engine does,
     /// into [`crate::Storage::renew_many`] calls) overrides it. Explicit renewals never wait for
-    /// a batch.
+    /// a batch to fill; renewals of one handle run one at a time (an explicit one may wait for
+    /// the watchdog's renewal in flight).
     ///
     /// # Errors
     /// Any error means the outcome is unknown.
@@ -224,6 +225,8 @@ const LOST: u8 = 2;
 const RELEASE_STARTED: u8 = 0b100;
 /// A deadline timer or a watchdog task of the handle's own runs.
 const TIMER_STARTED: u8 = 0b1000;
+/// A renewal is in flight (see [`HoldRuntime::renewal_turn`]).
+const RENEWING: u8 = 0b1_0000;
 
 fn to_millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
@@ -496,7 +499,14 @@ impl HoldRuntime {
     /// [`HoldIo::renew_in_background`]), the error is reported as `Lost` so the caller can retry
     /// before the deadline.
     async fn renew(&self, lease: Duration, fail_on_error: bool) -> RenewalResult {
-        if self.core.flags.load(Ordering::Acquire) & RELEASE_STARTED != 0 || self.check_deadline() {
+        if self.ending_or_lost() {
+            return RenewalResult::Lost;
+        }
+        let Some(_turn) = self.renewal_turn().await else {
+            return RenewalResult::Lost;
+        };
+        // The wait for the turn may have outlasted the hold.
+        if self.ending_or_lost() {
             return RenewalResult::Lost;
         }
         let sent_at = BootInstant::now();
@@ -539,6 +549,49 @@ impl HoldRuntime {
     fn deadline(&self) -> Option<BootInstant> {
         let deadline = self.core.deadline_ns.load(Ordering::Acquire);
         (self.state() == HELD).then(|| BootInstant::from_nanos(deadline))
+    }
+
+    /// Released (or being released), or lost (its local deadline checked now).
+    fn ending_or_lost(&self) -> bool {
+        self.core.flags.load(Ordering::Acquire) & RELEASE_STARTED != 0 || self.check_deadline()
+    }
+
+    /// Waits until no other renewal of this handle is in flight, then takes the turn (given
+    /// back when the guard drops, however the renewal ends); `None` if the hold ended
+    /// meanwhile.
+    ///
+    /// Why one at a time: two renewals in flight together may reach the storage in one order
+    /// and answer in the other, and the local deadline follows the answer that comes last. With
+    /// different leases (the watchdog's and an explicit `try_renew(Some(1 s))`), that could leave
+    /// the handle believing in a longer hold than the storage keeps — fail-open. One at a time,
+    /// the last answer is the storage's state. (`overlapping_renewals_never_outlive_the_storage`)
+    async fn renewal_turn(&self) -> Option<RenewalTurn<'_>> {
+        loop {
+            if self.core.flags.fetch_or(RENEWING, Ordering::SeqCst) & RENEWING == 0 {
+                return Some(RenewalTurn(self));
+            }
+            // Woken by the turn's end (or the hold's): see `extra` for the ordering.
+            let done = self.extra().ended.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            let flags = self.core.flags.load(Ordering::SeqCst);
+            if flags & STATE != HELD {
+                return None;
+            }
+            if flags & RENEWING != 0 {
+                done.await;
+            }
+        }
+    }
+}
+
+/// The turn of one renewal of a handle ([`HoldRuntime::renewal_turn`]).
+struct RenewalTurn<'a>(&'a HoldRuntime);
+
+impl Drop for RenewalTurn<'_> {
+    fn drop(&mut self) {
+        self.0.core.flags.fetch_and(!RENEWING, Ordering::SeqCst);
+        self.0.wake_ended();
     }
 }
 
@@ -1032,7 +1085,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::clock::suspend::sleep_machine;
-    use crate::{AcquireOptions, MemoryStorage, StorageLock, Wait};
+    use crate::{AcquireOptions, MemoryStorage, RenewalResult, StorageLock, Wait};
 
     /// The compact handle keeps every fact exactly, whichever way it stores it: a name that is
     /// the key, a suffix of it or neither; a key inline or boxed; a lease in nanoseconds or one
@@ -1093,6 +1146,91 @@ mod tests {
                 assert!(!h.is_lost() && h.time_left().is_none());
             }
         }
+    }
+
+    /// Two renewals of one handle in flight at once, with different leases: a long one whose
+    /// answer is slow and a short one after it. The storage applies the long one, then the
+    /// short one (its expiry is now ~1 s away); the long one's answer arrives last. The local
+    /// deadline must follow what the storage holds (≤ 1 s), not the answer that came last
+    /// (30 s): renewals of one handle run one at a time.
+    #[tokio::test(flavor = "current_thread")]
+    async fn overlapping_renewals_never_outlive_the_storage() {
+        use crate::storage::{
+            Capabilities, LockRecord, OwnerId, Page, PageRequest, RenewOutcome, Storage,
+            StorageError, Stored, Timestamp, Version,
+        };
+        /// Memory, whose answers to renewals of 10 s or more arrive 300 ms late.
+        #[derive(Debug)]
+        struct SlowLongAnswers(MemoryStorage);
+        #[async_trait::async_trait]
+        impl Storage for SlowLongAnswers {
+            fn name(&self) -> &str {
+                "slow-long-answers"
+            }
+            fn capabilities(&self) -> Capabilities {
+                self.0.capabilities()
+            }
+            async fn now(&self) -> Result<Timestamp, StorageError> {
+                self.0.now().await
+            }
+            async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
+                self.0.get(key).await
+            }
+            async fn create(&self, key: &str, r: &LockRecord) -> Result<Version, StorageError> {
+                self.0.create(key, r).await
+            }
+            async fn update(
+                &self,
+                key: &str,
+                expected: &Version,
+                r: &LockRecord,
+            ) -> Result<Version, StorageError> {
+                self.0.update(key, expected, r).await
+            }
+            async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+                self.0.list(prefix, page).await
+            }
+            async fn renew(
+                &self,
+                key: &str,
+                owner: OwnerId,
+                lease: Duration,
+            ) -> Result<RenewOutcome, StorageError> {
+                let outcome = self.0.renew(key, owner, lease).await;
+                if lease >= Duration::from_secs(10) {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                outcome
+            }
+        }
+        let locks = StorageLock::new(SlowLongAnswers(MemoryStorage::new())).unwrap();
+        let opts = AcquireOptions::default()
+            .wait(Wait::Never)
+            .lease(Duration::from_secs(30));
+        let h = locks.try_acquire("overlap", &opts).await.unwrap().unwrap();
+        let long = h.try_renew(Some(Duration::from_secs(30)));
+        let short = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            h.try_renew(Some(Duration::from_secs(1))).await
+        };
+        let (long, short) = tokio::join!(long, short);
+        assert!(matches!(long.unwrap(), RenewalResult::Renewed { .. }));
+        assert!(matches!(short.unwrap(), RenewalResult::Renewed { .. }));
+        let stored = locks
+            .storage()
+            .get("overlap")
+            .await
+            .unwrap()
+            .unwrap()
+            .record;
+        let storage_left = stored
+            .expires_at
+            .saturating_since(locks.storage().now().await.unwrap());
+        let left = h.time_left().expect("held");
+        assert!(
+            left <= storage_left,
+            "local deadline in {left:?}, the storage's expiry in {storage_left:?}"
+        );
     }
 
     /// Ticks keep instants on either side of the epoch (a paused runtime's clock may be behind
