@@ -44,6 +44,8 @@ pub struct FaultyStorage<S> {
     fail_renewals: AtomicBool,
     delay_micros: AtomicU64,
     lost_answers: AtomicUsize,
+    /// (shortest lease, delay) of `set_slow_renew_answers`.
+    slow_renew_answers: Mutex<Option<(Duration, Duration)>>,
     capabilities: Mutex<Option<Capabilities>>,
 }
 
@@ -57,6 +59,7 @@ impl<S: Storage> FaultyStorage<S> {
             fail_renewals: AtomicBool::new(false),
             delay_micros: AtomicU64::new(0),
             lost_answers: AtomicUsize::new(0),
+            slow_renew_answers: Mutex::new(None),
             capabilities: Mutex::new(None),
         }
     }
@@ -86,6 +89,16 @@ impl<S: Storage> FaultyStorage<S> {
     /// "lost": the caller gets a backend error (a connection that broke after the request left).
     pub fn lose_next_acquire_answers(&self, n: usize) {
         self.lost_answers.store(n, Ordering::SeqCst);
+    }
+
+    /// Answers to `renew` calls for a lease of at least `min_lease` arrive `delay` late: the
+    /// wrapped storage has applied them, the caller hears of it later (answers that overtake
+    /// each other). `None` switches it off.
+    pub fn set_slow_renew_answers(&self, slow: Option<(Duration, Duration)>) {
+        *self
+            .slow_renew_answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = slow;
     }
 
     /// Sleeps this long before every call (zero: yields once instead), widening race windows.
@@ -195,7 +208,17 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
         self.enter(Op::Renew).await?;
-        self.inner.renew(key, owner, lease).await
+        let outcome = self.inner.renew(key, owner, lease).await;
+        let slow = *self
+            .slow_renew_answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((min_lease, delay)) = slow
+            && lease >= min_lease
+        {
+            tokio::time::sleep(delay).await;
+        }
+        outcome
     }
     async fn renew_many(
         &self,

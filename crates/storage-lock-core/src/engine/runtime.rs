@@ -638,7 +638,7 @@ enum Step {
 impl HoldRuntime {
     /// The watchdog's decision now, its next renewal being due at `next`.
     fn watch_step(&self, next: Instant) -> Step {
-        if self.core.flags.load(Ordering::Acquire) & RELEASE_STARTED != 0 || self.check_deadline() {
+        if self.ending_or_lost() {
             return Step::Stop;
         }
         match self.deadline() {
@@ -1155,55 +1155,11 @@ mod tests {
     /// (30 s): renewals of one handle run one at a time.
     #[tokio::test(flavor = "current_thread")]
     async fn overlapping_renewals_never_outlive_the_storage() {
-        use crate::storage::{
-            Capabilities, LockRecord, OwnerId, Page, PageRequest, RenewOutcome, Storage,
-            StorageError, Stored, Timestamp, Version,
-        };
-        /// Memory, whose answers to renewals of 10 s or more arrive 300 ms late.
-        #[derive(Debug)]
-        struct SlowLongAnswers(MemoryStorage);
-        #[async_trait::async_trait]
-        impl Storage for SlowLongAnswers {
-            fn name(&self) -> &str {
-                "slow-long-answers"
-            }
-            fn capabilities(&self) -> Capabilities {
-                self.0.capabilities()
-            }
-            async fn now(&self) -> Result<Timestamp, StorageError> {
-                self.0.now().await
-            }
-            async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
-                self.0.get(key).await
-            }
-            async fn create(&self, key: &str, r: &LockRecord) -> Result<Version, StorageError> {
-                self.0.create(key, r).await
-            }
-            async fn update(
-                &self,
-                key: &str,
-                expected: &Version,
-                r: &LockRecord,
-            ) -> Result<Version, StorageError> {
-                self.0.update(key, expected, r).await
-            }
-            async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
-                self.0.list(prefix, page).await
-            }
-            async fn renew(
-                &self,
-                key: &str,
-                owner: OwnerId,
-                lease: Duration,
-            ) -> Result<RenewOutcome, StorageError> {
-                let outcome = self.0.renew(key, owner, lease).await;
-                if lease >= Duration::from_secs(10) {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                }
-                outcome
-            }
-        }
-        let locks = StorageLock::new(SlowLongAnswers(MemoryStorage::new())).unwrap();
+        use crate::Storage;
+        // Answers to renewals of 10 s or more arrive 300 ms late.
+        let storage = crate::fault::FaultyStorage::new(MemoryStorage::new());
+        storage.set_slow_renew_answers(Some((Duration::from_secs(10), Duration::from_millis(300))));
+        let locks = StorageLock::new(storage).unwrap();
         let opts = AcquireOptions::default()
             .wait(Wait::Never)
             .lease(Duration::from_secs(30));
