@@ -68,6 +68,16 @@ const NAME: &str = "postgres";
 const SESSION: &str = "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
     SET synchronous_commit = on";
 
+/// The fencing token an acquisition's insert carries when its snapshot had a row for the key
+/// (see `Statements::acquire`): never stored, since the statement fails if it inserts it.
+const SWEPT: i64 = -1;
+/// The SQLSTATE of that failure (`invalid_text_representation`: the statement has no other
+/// text-to-number cast).
+const SWEPT_MEANWHILE: &str = "22P02";
+/// Attempts of one `acquire_once` that may end in [`SWEPT_MEANWHILE`] (each one means a sweep
+/// deleted the key's record during the attempt; more in a row than this is reported).
+const SWEPT_RETRIES: u32 = 8;
+
 /// The server clock in milliseconds, fixed for the whole statement.
 const NOW: &str = "floor(extract(epoch from statement_timestamp()) * 1000)::bigint";
 
@@ -293,11 +303,28 @@ impl Statements {
                  ORDER BY lock_key LIMIT $4"
             ),
             // $1 key, $2 owner, $3 lease ms, $4 host, $5 pid, $6 note, $7 reentrant, $8 floor key.
-            // The fencing floor is read `FOR SHARE`: a sweep raises the floor (an UPDATE of that
-            // row) before it deletes tombstones, so it waits until this statement commits, and a
-            // floor raised after the statement's snapshot is still seen (a locking read at READ
-            // COMMITTED reads the newest committed row). A plain snapshot read could miss a raise
-            // whose deletions then let the INSERT through with a token already issued.
+            // A fresh key's token comes from the fencing floor, read `FOR SHARE`: a sweep raises
+            // the floor (an UPDATE of that row) before it deletes tombstones, so it waits until
+            // this statement commits, and a floor raised after the statement's snapshot is still
+            // seen (a locking read at READ COMMITTED reads the newest committed row). A plain
+            // snapshot read could miss a raise whose deletions then let the INSERT through with
+            // a token already issued.
+            // The floor is read (and locked) only when the snapshot has no row for the key: a
+            // key with a record takes its token from the record (the conflict branch), and
+            // locking the one floor row in every acquisition made concurrent acquisitions queue
+            // on it (a row lock shared by several transactions is a MultiXact, WAL-logged).
+            // When the snapshot has a row, the insert carries the sentinel `SWEPT` instead; the
+            // insert happens anyway only if a sweep deleted that row after the snapshot, and
+            // then the final SELECT fails the statement (a cast error, SQLSTATE 22P02, so that
+            // the sentinel row is never committed) and `acquire_once` tries again, with a fresh
+            // snapshot that reads the floor. (`ON CONFLICT` checks NOT NULL and CHECK
+            // constraints before it looks for the conflict, so a constraint cannot do this.)
+            // Safety does not rest on PostgreSQL skipping the unneeded `FOR SHARE` sub-select
+            // (it does: an InitPlan runs when first needed); only the cost does. The tests
+            // `acquisition_delayed_past_a_sweep_gets_a_new_token` and the conformance case
+            // `sweeps_racing_acquisitions_keep_tokens_increasing` fail if the sentinel row can
+            // commit. The conflict branch keeps the row's version from `VALUES`: one sequence
+            // value per acquisition.
             // The busy branch reads the statement's snapshot: the record as the upsert found it.
             // A busy attempt also sets `waiters`, so that the release notifies (uncontended
             // releases skip NOTIFY, whose commit-time lock serializes concurrent commits). If the
@@ -307,10 +334,11 @@ impl Statements {
             acquire: format!(
                 "WITH ins AS (
                     INSERT INTO {t} AS cur ({COLUMNS}) VALUES ($1, {next}, $2, 1,
-                        COALESCE((SELECT fencing FROM {t} WHERE lock_key = $8 FOR SHARE), 0) + 1,
+                        CASE WHEN EXISTS (SELECT 1 FROM {t} WHERE lock_key = $1) THEN {SWEPT}
+                             ELSE COALESCE((SELECT fencing FROM {t} WHERE lock_key = $8 FOR SHARE), 0) + 1 END,
                         {NOW}, {NOW} + $3, $4, $5, $6)
                     ON CONFLICT (lock_key) DO UPDATE SET
-                        version = {next},
+                        version = EXCLUDED.version,
                         count = CASE WHEN {live} THEN cur.count + 1 ELSE 1 END,
                         fencing = CASE WHEN {live} THEN cur.fencing ELSE cur.fencing + 1 END,
                         acquired_at = CASE WHEN {live} THEN cur.acquired_at ELSE EXCLUDED.acquired_at END,
@@ -329,7 +357,10 @@ impl Statements {
                       AND NOT EXISTS (SELECT 1 FROM ins)
                     RETURNING 1
                  )
-                 SELECT true AS acquired, fencing, count, expires_at,
+                 SELECT true AS acquired,
+                        CASE WHEN fencing <> {SWEPT} THEN fencing
+                             ELSE ('storage-lock: the record was swept meanwhile; retry ' || fencing)::bigint END,
+                        count, expires_at,
                         NULL::text AS holder_host, NULL::bigint AS holder_pid, NULL::text AS holder_note,
                         {NOW} AS now_ms
                    FROM ins
@@ -478,6 +509,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
         let (host, pid, note) = holder_params(req.holder.as_deref());
+        let mut swept = 0;
         loop {
             let row = query(&self.sql.acquire)
                 .bind(key)
@@ -489,8 +521,18 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                 .bind(req.reentrant)
                 .bind(FENCING_FLOOR_KEY)
                 .fetch_optional(&self.pool)
-                .await
-                .map_err(err("acquire"))?;
+                .await;
+            let row = match row {
+                // A sweep deleted the record after the statement's snapshot: nothing was
+                // written; try again (the fresh snapshot reads the fencing floor).
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some(SWEPT_MEANWHILE) && swept < SWEPT_RETRIES =>
+                {
+                    swept += 1;
+                    continue;
+                }
+                other => other.map_err(err("acquire"))?,
+            };
             // No row: the record vanished between the upsert's check and the snapshot read
             // (a concurrent sweep); just try again.
             let Some(r) = row else { continue };
