@@ -255,12 +255,11 @@ async fn postgres(url: &str) {
         // The durable row is the aim's baseline: engine and baseline alternate for `ROUNDS`
         // rounds and the row shows the round of the median ratio (one pair of 3 s runs moved
         // by up to 25 % between runs on a shared two-core machine).
-        let (mut engines, mut durables) = (Vec::new(), Vec::new());
+        let mut rounds: Vec<(Stats, Stats)> = Vec::with_capacity(ROUNDS);
         for _ in 0..ROUNDS {
-            engines.push(measure(clients, engine_op(locks.clone())).await);
-            durables.push(measure(clients, durable_op(pool.clone())).await);
+            let engine = measure(clients, engine_op(locks.clone())).await;
+            rounds.push((engine, measure(clients, durable_op(pool.clone())).await));
         }
-        let mut rounds: Vec<(Stats, Stats)> = engines.into_iter().zip(durables).collect();
         let ratio = |(e, d): &(Stats, Stats)| e.per_sec / d.per_sec;
         let each: Vec<String> = rounds.iter().map(|r| format!("{:.2}", ratio(r))).collect();
         rounds.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
