@@ -16,7 +16,22 @@
 //! primitives write a fresh random 63-bit number (see `primitives`), PostgreSQL's lock
 //! statements take the next value of a per-table sequence, SQLite's `random()` (64 bits) and
 //! MySQL's a client-chosen random 63-bit number. Versions are opaque: only equality matters.
+//!
+//! # Connections
+//!
+//! PostgreSQL and MySQL/MariaDB run their lock operations (`acquire_once`, `renew`, `release`,
+//! `now`; PostgreSQL's `renew_many`) on connections of the storage's own, not on a sqlx `Pool`:
+//! a pool pings a connection when it hands it out and again when it takes it back, two round
+//! trips per statement that made a PostgreSQL acquire + release cycle ~1.5× slower (BENCHMARKS.md).
+//! A connection goes back for reuse only after the server answered its statement (a result or
+//! a database error); after any other error, or when the caller's future is dropped
+//! mid-statement, it is closed. One idle for a second or more is pinged before reuse, so
+//! connections a server restart broke are replaced, not handed to a lock operation. The rest
+//! (schema work, the CAS primitives, the `LISTEN` connection, MySQL's batched renewals, which
+//! need a transaction) uses a sqlx pool.
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod conns;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 mod naming;

@@ -31,7 +31,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use std::str::FromStr;
+
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
@@ -39,6 +41,7 @@ use storage_lock_core::{
     RenewOutcome, RenewRequest, StorageError, Timestamp,
 };
 
+use crate::conns::Conns;
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, new_version, timestamp};
 use crate::server::{ServerOptions, server_setters};
 
@@ -61,7 +64,10 @@ const NOW: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 /// Locks in MySQL or MariaDB; see the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct MysqlStorage {
+    /// Schema work, the CAS primitives, batched renewals (a transaction).
     pool: MySqlPool,
+    /// The lock operations (see `crate::conns`).
+    conns: Arc<Conns<MySql>>,
     sql: Arc<Statements>,
     table: Arc<str>,
     durability: Durability,
@@ -125,20 +131,21 @@ impl MysqlStorageBuilder {
     /// ```
     pub async fn open(self) -> Result<MysqlStorage, StorageError> {
         let url = self.server.checked_url(NAME)?;
+        let options = MySqlConnectOptions::from_str(url)
+            .map_err(|e| StorageError::config(NAME, format!("invalid URL: {e}")))?;
         let pool = MySqlPoolOptions::new()
             .max_connections(self.server.max_connections)
             .acquire_timeout(self.server.acquire_timeout)
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    for statement in SESSION {
-                        conn.execute(statement).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(url)
+            .after_connect(|conn, _| session(conn))
+            .connect_with(options.clone())
             .await
             .map_err(err("open"))?;
+        let conns = Conns::new(
+            options,
+            session,
+            self.server.max_connections,
+            self.server.acquire_timeout,
+        );
         let sql = Statements::new(&self.server.table);
         for ddl in [&sql.create_table, &sql.create_floor] {
             query(ddl)
@@ -167,6 +174,7 @@ impl MysqlStorageBuilder {
             .try_get(0)
             .map_err(err("open"))?;
         Ok(MysqlStorage {
+            conns: Arc::new(conns),
             table: self.server.table.as_str().into(),
             returning: version.contains("MariaDB") && !self.without_returning,
             durability,
@@ -176,14 +184,25 @@ impl MysqlStorageBuilder {
     }
 }
 
+/// Sets up a new connection ([`SESSION`]).
+fn session(
+    conn: &mut MySqlConnection,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + '_>> {
+    Box::pin(async move {
+        for statement in SESSION {
+            conn.execute(statement).await?;
+        }
+        Ok(())
+    })
+}
+
 /// Checks a `mysql://` URL as the driver reads it (options included), without connecting; the
 /// URL must name a database.
 ///
 /// # Errors
 /// What the driver rejects, or a missing database (never the password).
 pub fn validate_url(url: &str) -> Result<(), String> {
-    use std::str::FromStr;
-    sqlx::mysql::MySqlConnectOptions::from_str(url).map_err(|e| e.to_string())?;
+    MySqlConnectOptions::from_str(url).map_err(|e| e.to_string())?;
     let path = url
         .split_once("://")
         .map(|(_, rest)| rest.split_once('?').map_or(rest, |(p, _)| p))
@@ -402,9 +421,10 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
-        let ms: i64 = query(&self.sql.now)
-            .fetch_one(&self.pool)
-            .await
+        let mut c = self.conns.get().await.map_err(err("now"))?;
+        let row = query(&self.sql.now).fetch_one(c.conn()).await;
+        c.keep_if(&row);
+        let ms: i64 = row
             .map_err(err("now"))?
             .try_get(0)
             .map_err(err("now"))?;
@@ -434,16 +454,22 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
                 .bind(pid)
                 .bind(note)
                 .bind(req.reentrant);
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
             let row = if self.returning {
-                upsert.fetch_optional(&self.pool).await
+                upsert.fetch_optional(c.conn()).await
             } else {
-                upsert.execute(&self.pool).await.map_err(err("acquire"))?;
-                query(&self.sql.acquired)
-                    .bind(key)
-                    .fetch_optional(&self.pool)
-                    .await
-            }
-            .map_err(err("acquire"))?;
+                match upsert.execute(c.conn()).await {
+                    Ok(_) => {
+                        query(&self.sql.acquired)
+                            .bind(key)
+                            .fetch_optional(c.conn())
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            };
+            c.keep_if(&row);
+            let row = row.map_err(err("acquire"))?;
             // Deleted in between by a sweep (MySQL 8's second statement): try again.
             let Some(r) = row else { continue };
             // The request won iff the row carries its version.
@@ -458,14 +484,16 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
         owner: OwnerId,
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
+        let mut c = self.conns.get().await.map_err(err("renew"))?;
         let done = query(&self.sql.renew)
             .bind(new_version())
             .bind(lease_millis(lease))
             .bind(key)
             .bind(owner.to_bytes().to_vec())
-            .execute(&self.pool)
-            .await
-            .map_err(err("renew"))?;
+            .execute(c.conn())
+            .await;
+        c.keep_if(&done);
+        let done = done.map_err(err("renew"))?;
         Ok(if done.rows_affected() == 1 {
             RenewOutcome::Renewed {
                 expires_at: Timestamp::from_millis(done.last_insert_id()),
@@ -526,13 +554,15 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let mut c = self.conns.get().await.map_err(err("release"))?;
         let done = query(&self.sql.release)
             .bind(new_version())
             .bind(key)
             .bind(owner.to_bytes().to_vec())
-            .execute(&self.pool)
-            .await
-            .map_err(err("release"))?;
+            .execute(c.conn())
+            .await;
+        c.keep_if(&done);
+        let done = done.map_err(err("release"))?;
         Ok(if done.rows_affected() == 1 {
             ReleaseOutcome::Released {
                 remaining: u32::try_from(done.last_insert_id()).unwrap_or(u32::MAX),

@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use std::str::FromStr;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, Postgres};
 use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
@@ -56,6 +56,7 @@ use storage_lock_core::{
     Timestamp,
 };
 
+use crate::conns::Conns;
 use crate::naming::validate_table_name;
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, timestamp};
 use crate::server::{ServerOptions, server_setters};
@@ -84,7 +85,10 @@ const NOW: &str = "floor(extract(epoch from statement_timestamp()) * 1000)::bigi
 /// Locks in PostgreSQL; see the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct PostgresStorage {
+    /// Schema work, the CAS primitives, the `LISTEN` connection.
     pool: PgPool,
+    /// The lock operations (see `crate::conns`).
+    conns: Arc<Conns<Postgres>>,
     sql: Arc<Statements>,
     listener: Arc<Notifications<PgSource>>,
     durability: Durability,
@@ -154,7 +158,7 @@ impl PostgresStorageBuilder {
             .max_connections(self.server.max_connections)
             .acquire_timeout(self.server.acquire_timeout)
             .after_connect(|conn, _| Box::pin(async move { conn.execute(SESSION).await.map(drop) }))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(err("open"))?;
         let sql = Statements::new(self.schema.as_deref(), &self.server.table);
@@ -173,9 +177,18 @@ impl PostgresStorageBuilder {
             pool: pool.clone(),
             channel: sql.channel.clone(),
         }));
+        let conns = Conns::new(
+            options,
+            |conn: &mut sqlx::PgConnection| {
+                Box::pin(async move { conn.execute(SESSION).await.map(drop) })
+            },
+            self.server.max_connections,
+            self.server.acquire_timeout,
+        );
         Ok(PostgresStorage {
             durability,
             pool,
+            conns: Arc::new(conns),
             sql: Arc::new(sql),
             listener,
         })
@@ -494,9 +507,10 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
-        let ms: i64 = query(&self.sql.now)
-            .fetch_one(&self.pool)
-            .await
+        let mut c = self.conns.get().await.map_err(err("now"))?;
+        let row = query(&self.sql.now).fetch_one(c.conn()).await;
+        c.keep_if(&row);
+        let ms: i64 = row
             .map_err(err("now"))?
             .try_get(0)
             .map_err(err("now"))?;
@@ -511,6 +525,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         let (host, pid, note) = holder_params(req.holder.as_deref());
         let mut swept = 0;
         loop {
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
             let row = query(&self.sql.acquire)
                 .bind(key)
                 .bind(&req.owner.to_bytes()[..])
@@ -520,8 +535,9 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                 .bind(note)
                 .bind(req.reentrant)
                 .bind(FENCING_FLOOR_KEY)
-                .fetch_optional(&self.pool)
+                .fetch_optional(c.conn())
                 .await;
+            c.keep_if(&row);
             let row = match row {
                 // A sweep deleted the record after the statement's snapshot: nothing was
                 // written; try again (the fresh snapshot reads the fencing floor).
@@ -547,13 +563,15 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         owner: OwnerId,
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
+        let mut c = self.conns.get().await.map_err(err("renew"))?;
         let row = query(&self.sql.renew)
             .bind(key)
             .bind(&owner.to_bytes()[..])
             .bind(lease_millis(lease))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("renew"))?;
+            .fetch_optional(c.conn())
+            .await;
+        c.keep_if(&row);
+        let row = row.map_err(err("renew"))?;
         crate::row::renew_outcome(key, row.as_ref())
     }
 
@@ -568,13 +586,15 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         let keys: Vec<&str> = renewals.iter().map(|r| r.key).collect();
         let owners: Vec<Vec<u8>> = renewals.iter().map(|r| r.owner.to_bytes().to_vec()).collect();
         let leases: Vec<i64> = renewals.iter().map(|r| lease_millis(r.lease)).collect();
+        let mut c = self.conns.get().await.map_err(err("renew"))?;
         let rows = query(&self.sql.renew_many)
             .bind(&keys)
             .bind(&owners)
             .bind(&leases)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(err("renew"))?;
+            .fetch_all(c.conn())
+            .await;
+        c.keep_if(&rows);
+        let rows = rows.map_err(err("renew"))?;
         let mut answers: Vec<Result<RenewOutcome, StorageError>> =
             renewals.iter().map(|_| Ok(RenewOutcome::NotHeld)).collect();
         for r in &rows {
@@ -589,14 +609,16 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let mut c = self.conns.get().await.map_err(err("release"))?;
         let row = query(&self.sql.release)
             .bind(key)
             .bind(&owner.to_bytes()[..])
             .bind(&self.sql.channel)
             .bind(crate::row::new_version())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("release"))?;
+            .fetch_optional(c.conn())
+            .await;
+        c.keep_if(&row);
+        let row = row.map_err(err("release"))?;
         crate::row::release_outcome(key, row.as_ref())
     }
 

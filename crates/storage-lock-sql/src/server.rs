@@ -80,7 +80,9 @@ macro_rules! server_setters {
             self
         }
 
-        /// Pool size (default 16).
+        /// Connections for lock operations (default 16, opened as needed; see the crate
+        /// docs, "Connections"); the storage's other work (schema, the CAS primitives,
+        /// notifications, batched renewals on MySQL/MariaDB) has a sqlx pool of the same bound.
         pub fn max_connections(mut self, n: u32) -> Self {
             self.server.max_connections = n.max(1);
             self

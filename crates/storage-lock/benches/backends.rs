@@ -122,8 +122,37 @@ where
 /// Alternating rounds of the engine and of the durable-row baseline on PostgreSQL.
 const ROUNDS: usize = 3;
 
-/// One cycle of the durable-row baseline by `client` ([`DURABLE_ACQUIRE`], [`DURABLE_RELEASE`]).
+/// One cycle of the durable-row baseline by `client` ([`DURABLE_ACQUIRE`], [`DURABLE_RELEASE`]),
+/// on a connection of its own (`conns[client]`): one round trip per statement, the least any
+/// client of the server can do (a sqlx pool adds a ping when it hands a connection out and
+/// another when it takes it back).
 fn durable_op(
+    conns: Arc<Vec<tokio::sync::Mutex<sqlx::PgConnection>>>,
+) -> impl Fn(usize) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync + 'static {
+    move |c| {
+        let conns = conns.clone();
+        Box::pin(async move {
+            let mut conn = conns[c].lock().await;
+            let key = format!("durable-row-{c}");
+            let taken: Option<i64> = sqlx::query_scalar(DURABLE_ACQUIRE)
+                .bind(&key)
+                .bind(&[7u8; 16][..])
+                .fetch_optional(&mut *conn)
+                .await
+                .unwrap();
+            assert!(taken.is_some());
+            sqlx::query(DURABLE_RELEASE)
+                .bind(&key)
+                .bind(&[7u8; 16][..])
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        })
+    }
+}
+
+/// [`durable_op`] on a sqlx pool with its default settings.
+fn pooled_durable_op(
     pool: sqlx::PgPool,
 ) -> impl Fn(usize) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync + 'static {
     move |c| {
@@ -229,6 +258,14 @@ async fn postgres(url: &str) {
         .connect(url)
         .await
         .unwrap();
+    let mut conns = Vec::new();
+    for _ in 0..16 {
+        use sqlx::Connection;
+        conns.push(tokio::sync::Mutex::new(
+            sqlx::PgConnection::connect(url).await.unwrap(),
+        ));
+    }
+    let conns = Arc::new(conns);
     for clients in [1, 16] {
         let engine = measure(clients, engine_op(locks.clone())).await;
         let p = pool.clone();
@@ -258,7 +295,7 @@ async fn postgres(url: &str) {
         let mut rounds: Vec<(Stats, Stats)> = Vec::with_capacity(ROUNDS);
         for _ in 0..ROUNDS {
             let engine = measure(clients, engine_op(locks.clone())).await;
-            rounds.push((engine, measure(clients, durable_op(pool.clone())).await));
+            rounds.push((engine, measure(clients, durable_op(conns.clone())).await));
         }
         let ratio = |(e, d): &(Stats, Stats)| e.per_sec / d.per_sec;
         let each: Vec<String> = rounds.iter().map(|r| format!("{:.2}", ratio(r))).collect();
@@ -269,10 +306,20 @@ async fn postgres(url: &str) {
             clients,
             &engine,
             &format!(
-                "durable row (upsert + update), the median of {ROUNDS} alternating rounds (each: {})",
+                "durable row (upsert + update, a connection per client), the median of {ROUNDS} alternating rounds (each: {})",
                 each.join(", ")
             ),
             &durable,
+        );
+        // For scale: the same baseline as a sqlx user writes it, on a pool with its default
+        // settings (a ping when a connection is handed out, another when it comes back).
+        let pooled = measure(clients, pooled_durable_op(pool.clone())).await;
+        row(
+            "PostgreSQL",
+            clients,
+            &measure(clients, engine_op(locks.clone())).await,
+            "durable row on a sqlx pool (default settings)",
+            &pooled,
         );
     }
     renew_batch_row("PostgreSQL", &locks).await;
