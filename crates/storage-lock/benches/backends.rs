@@ -122,58 +122,58 @@ where
 /// Alternating rounds of the engine and of the durable-row baseline on PostgreSQL.
 const ROUNDS: usize = 3;
 
-/// One cycle of the durable-row baseline by `client` ([`DURABLE_ACQUIRE`], [`DURABLE_RELEASE`]),
-/// on a connection of its own (`conns[client]`): one round trip per statement, the least any
-/// client of the server can do (a sqlx pool adds a ping when it hands a connection out and
-/// another when it takes it back).
+/// Where the durable-row baseline's statements run.
+#[derive(Clone)]
+enum DurableOn {
+    /// A connection per client (`[client]`): one round trip per statement, the least any
+    /// client of the server can do.
+    OwnConnections(Arc<Vec<tokio::sync::Mutex<sqlx::PgConnection>>>),
+    /// A sqlx pool with its default settings, one pooled connection per statement (as
+    /// `execute(&pool)` does): it adds a ping when it hands a connection out and another when
+    /// it takes it back.
+    Pool(sqlx::PgPool),
+}
+
+/// One cycle of the durable-row baseline by `client` ([`DURABLE_ACQUIRE`], [`DURABLE_RELEASE`]).
 fn durable_op(
-    conns: Arc<Vec<tokio::sync::Mutex<sqlx::PgConnection>>>,
+    on: DurableOn,
 ) -> impl Fn(usize) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync + 'static {
     move |c| {
-        let conns = conns.clone();
+        let on = on.clone();
         Box::pin(async move {
-            let mut conn = conns[c].lock().await;
             let key = format!("durable-row-{c}");
-            let taken: Option<i64> = sqlx::query_scalar(DURABLE_ACQUIRE)
-                .bind(&key)
-                .bind(&[7u8; 16][..])
-                .fetch_optional(&mut *conn)
-                .await
-                .unwrap();
-            assert!(taken.is_some());
-            sqlx::query(DURABLE_RELEASE)
-                .bind(&key)
-                .bind(&[7u8; 16][..])
-                .execute(&mut *conn)
-                .await
-                .unwrap();
+            match on {
+                DurableOn::OwnConnections(conns) => {
+                    let mut conn = conns[c].lock().await;
+                    durable_take(&mut conn, &key).await;
+                    durable_free(&mut conn, &key).await;
+                }
+                DurableOn::Pool(pool) => {
+                    durable_take(&mut pool.acquire().await.unwrap(), &key).await;
+                    durable_free(&mut pool.acquire().await.unwrap(), &key).await;
+                }
+            }
         })
     }
 }
 
-/// [`durable_op`] on a sqlx pool with its default settings.
-fn pooled_durable_op(
-    pool: sqlx::PgPool,
-) -> impl Fn(usize) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync + 'static {
-    move |c| {
-        let p = pool.clone();
-        Box::pin(async move {
-            let key = format!("durable-row-{c}");
-            let taken: Option<i64> = sqlx::query_scalar(DURABLE_ACQUIRE)
-                .bind(&key)
-                .bind(&[7u8; 16][..])
-                .fetch_optional(&p)
-                .await
-                .unwrap();
-            assert!(taken.is_some());
-            sqlx::query(DURABLE_RELEASE)
-                .bind(&key)
-                .bind(&[7u8; 16][..])
-                .execute(&p)
-                .await
-                .unwrap();
-        })
-    }
+async fn durable_take(conn: &mut sqlx::PgConnection, key: &str) {
+    let taken: Option<i64> = sqlx::query_scalar(DURABLE_ACQUIRE)
+        .bind(key)
+        .bind(&[7u8; 16][..])
+        .fetch_optional(conn)
+        .await
+        .unwrap();
+    assert!(taken.is_some());
+}
+
+async fn durable_free(conn: &mut sqlx::PgConnection, key: &str) {
+    sqlx::query(DURABLE_RELEASE)
+        .bind(key)
+        .bind(&[7u8; 16][..])
+        .execute(conn)
+        .await
+        .unwrap();
 }
 
 /// The durable-row baseline: a hand-written lock on the engine's own table, one statement per
@@ -295,7 +295,14 @@ async fn postgres(url: &str) {
         let mut rounds: Vec<(Stats, Stats)> = Vec::with_capacity(ROUNDS);
         for _ in 0..ROUNDS {
             let engine = measure(clients, engine_op(locks.clone())).await;
-            rounds.push((engine, measure(clients, durable_op(conns.clone())).await));
+            rounds.push((
+                engine,
+                measure(
+                    clients,
+                    durable_op(DurableOn::OwnConnections(conns.clone())),
+                )
+                .await,
+            ));
         }
         let ratio = |(e, d): &(Stats, Stats)| e.per_sec / d.per_sec;
         let each: Vec<String> = rounds.iter().map(|r| format!("{:.2}", ratio(r))).collect();
@@ -313,7 +320,7 @@ async fn postgres(url: &str) {
         );
         // For scale: the same baseline as a sqlx user writes it, on a pool with its default
         // settings (a ping when a connection is handed out, another when it comes back).
-        let pooled = measure(clients, pooled_durable_op(pool.clone())).await;
+        let pooled = measure(clients, durable_op(DurableOn::Pool(pool.clone()))).await;
         row(
             "PostgreSQL",
             clients,
