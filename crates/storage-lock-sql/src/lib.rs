@@ -23,6 +23,9 @@
 //! `now`; PostgreSQL's `renew_many`) on connections of the storage's own, not on a sqlx `Pool`:
 //! a pool pings a connection when it hands it out and again when it takes it back, two round
 //! trips per statement that made a PostgreSQL acquire + release cycle ~1.5× slower (BENCHMARKS.md).
+//! SQLite does the same for `acquire_once`, `renew` and `release` (its ping is a round trip to
+//! the connection's worker thread, which at a hand-off competes with the waking waiter; a
+//! caller waits at most the busy timeout for one of its connections).
 //! A connection goes back for reuse only after the server answered its statement (a result or
 //! a database error); after any other error, or when the caller's future is dropped
 //! mid-statement, it is closed. One idle for a second or more is pinged before reuse, so
@@ -30,7 +33,7 @@
 //! (schema work, the CAS primitives, the `LISTEN` connection, MySQL's batched renewals, which
 //! need a transaction) uses a sqlx pool.
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod conns;
 #[cfg(feature = "mysql")]
 pub mod mysql;

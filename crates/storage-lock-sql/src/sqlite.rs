@@ -40,7 +40,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
@@ -50,6 +51,7 @@ use storage_lock_core::{
     boot_time,
 };
 
+use crate::conns::Conns;
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, millis, stored_u32, stored_u64};
 use crate::wake::Wake;
@@ -59,10 +61,14 @@ const NAME: &str = "sqlite";
 /// Locks in a SQLite database file; see the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct SqliteStorage {
+    /// Schema work, the CAS primitives, batched renewals (a transaction).
     pool: SqlitePool,
+    /// Acquisitions and renewals (see `crate::conns`: no ping to the connection's worker
+    /// thread when a connection comes back, as sqlx's pool does).
+    conns: Arc<Conns<Sqlite>>,
     /// Connections for releases only, committing without waiting for the WAL to reach the disk
     /// (`synchronous = NORMAL`; see the module docs for why that is safe).
-    release_pool: SqlitePool,
+    release_conns: Arc<Conns<Sqlite>>,
     sql: Arc<Statements>,
     clock: Arc<dyn Clock>,
     time_source: TimeSource,
@@ -222,12 +228,13 @@ impl SqliteStorageBuilder {
             }
         };
         // Releases: the same file, commits not synced (the next synced commit carries them).
-        let release_pool = SqlitePoolOptions::new()
-            .max_connections(2)
-            .test_before_acquire(false) // see `connect`
-            .connect_with(options.clone().synchronous(SqliteSynchronous::Normal))
-            .await
-            .map_err(|e| StorageError::backend(NAME, "open", format!("{}: {e}", path.display())))?;
+        let release_conns = Conns::new(
+            options.clone().synchronous(SqliteSynchronous::Normal),
+            no_setup,
+            2,
+            self.busy_timeout,
+        );
+        let conns = Conns::new(options, no_setup, self.max_connections, self.busy_timeout);
         let clock = match self.time_source {
             TimeSource::Injected => self.clock,
             _ => match boot_clock(&pool, &sql).await? {
@@ -237,7 +244,8 @@ impl SqliteStorageBuilder {
         };
         Ok(SqliteStorage {
             wake: Wake::open(&path).map(Arc::new),
-            release_pool,
+            release_conns: Arc::new(release_conns),
+            conns: Arc::new(conns),
             pool,
             sql: Arc::new(sql),
             clock,
@@ -249,6 +257,13 @@ impl SqliteStorageBuilder {
             },
         })
     }
+}
+
+/// The lock operations' connections need nothing beyond their options.
+fn no_setup(
+    _: &mut sqlx::SqliteConnection,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + '_>> {
+    Box::pin(std::future::ready(Ok(())))
 }
 
 async fn connect(
@@ -505,6 +520,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
         loop {
             let now = self.clock.now();
             let (host, pid, note) = holder_params(req.holder.as_deref());
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
             let row = query(&self.sql.acquire)
                 .bind(key)
                 .bind(&req.owner.to_bytes()[..])
@@ -515,9 +531,10 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
                 .bind(note)
                 .bind(req.reentrant)
                 .bind(FENCING_FLOOR_KEY)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(err("acquire"))?;
+                .fetch_optional(c.conn())
+                .await;
+            c.keep_if(&row);
+            let row = row.map_err(err("acquire"))?;
             if let Some(r) = row {
                 let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
                 return Ok(AcquireOutcome::Acquired {
@@ -546,14 +563,16 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
         let now = self.clock.now();
+        let mut c = self.conns.get().await.map_err(err("renew"))?;
         let row = query(&self.sql.renew)
             .bind(key)
             .bind(&owner.to_bytes()[..])
             .bind(millis(now))
             .bind(millis(now).saturating_add(lease_millis(lease)))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(err("renew"))?;
+            .fetch_optional(c.conn())
+            .await;
+        c.keep_if(&row);
+        let row = row.map_err(err("renew"))?;
         crate::row::renew_outcome(key, row.as_ref())
     }
 
@@ -585,13 +604,15 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let mut c = self.release_conns.get().await.map_err(err("release"))?;
         let row = query(&self.sql.release)
             .bind(key)
             .bind(&owner.to_bytes()[..])
             .bind(millis(self.clock.now()))
-            .fetch_optional(&self.release_pool)
-            .await
-            .map_err(err("release"))?;
+            .fetch_optional(c.conn())
+            .await;
+        c.keep_if(&row);
+        let row = row.map_err(err("release"))?;
         let outcome = crate::row::release_outcome(key, row.as_ref())?;
         if let (ReleaseOutcome::Released { remaining: 0 }, Some(wake)) = (&outcome, &self.wake) {
             wake.signal(key);
