@@ -37,10 +37,10 @@ pub(crate) const PING_AFTER: Duration = Duration::from_secs(1);
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// What runs on every new connection before its first use (session settings).
-pub(crate) type Init<DB> =
-    for<'c> fn(
-        &'c mut <DB as Database>::Connection,
-    ) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>>;
+pub(crate) type Init<DB> = for<'c> fn(&'c mut <DB as Database>::Connection) -> Setup<'c>;
+
+/// The future an [`Init`] returns (also what sqlx's `after_connect` takes).
+pub(crate) type Setup<'c> = Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'c>>;
 
 /// A bounded, lazily filled set of connections (see the module docs).
 pub(crate) struct Conns<DB: Database> {

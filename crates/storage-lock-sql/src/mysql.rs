@@ -41,7 +41,7 @@ use storage_lock_core::{
     RenewOutcome, RenewRequest, StorageError, Timestamp,
 };
 
-use crate::conns::Conns;
+use crate::conns::{Conns, Setup};
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, new_version, timestamp};
 use crate::server::{ServerOptions, server_setters};
 
@@ -184,10 +184,8 @@ impl MysqlStorageBuilder {
     }
 }
 
-/// Sets up a new connection ([`SESSION`]).
-fn session(
-    conn: &mut MySqlConnection,
-) -> std::pin::Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + '_>> {
+/// Sets up a new connection ([`SESSION`]), in the pool and in the lock operations' [`Conns`].
+fn session(conn: &mut MySqlConnection) -> Setup<'_> {
     Box::pin(async move {
         for statement in SESSION {
             conn.execute(statement).await?;

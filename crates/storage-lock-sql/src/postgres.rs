@@ -56,7 +56,7 @@ use storage_lock_core::{
     Timestamp,
 };
 
-use crate::conns::Conns;
+use crate::conns::{Conns, Setup};
 use crate::naming::validate_table_name;
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, timestamp};
 use crate::server::{ServerOptions, server_setters};
@@ -157,7 +157,7 @@ impl PostgresStorageBuilder {
         let pool = PgPoolOptions::new()
             .max_connections(self.server.max_connections)
             .acquire_timeout(self.server.acquire_timeout)
-            .after_connect(|conn, _| Box::pin(async move { conn.execute(SESSION).await.map(drop) }))
+            .after_connect(|conn, _| session(conn))
             .connect_with(options.clone())
             .await
             .map_err(err("open"))?;
@@ -179,9 +179,7 @@ impl PostgresStorageBuilder {
         }));
         let conns = Conns::new(
             options,
-            |conn: &mut sqlx::PgConnection| {
-                Box::pin(async move { conn.execute(SESSION).await.map(drop) })
-            },
+            session,
             self.server.max_connections,
             self.server.acquire_timeout,
         );
@@ -193,6 +191,11 @@ impl PostgresStorageBuilder {
             listener,
         })
     }
+}
+
+/// Sets up a new connection ([`SESSION`]), in the pool and in the lock operations' [`Conns`].
+fn session(conn: &mut sqlx::PgConnection) -> Setup<'_> {
+    Box::pin(async move { conn.execute(SESSION).await.map(drop) })
 }
 
 /// Checks a `postgres://` URL as the driver reads it (options included), without connecting.

@@ -51,7 +51,7 @@ use storage_lock_core::{
     boot_time,
 };
 
-use crate::conns::Conns;
+use crate::conns::{Conns, Setup};
 use crate::naming::{DEFAULT_TABLE, validate_table_name};
 use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, millis, stored_u32, stored_u64};
 use crate::wake::Wake;
@@ -260,9 +260,7 @@ impl SqliteStorageBuilder {
 }
 
 /// The lock operations' connections need nothing beyond their options.
-fn no_setup(
-    _: &mut sqlx::SqliteConnection,
-) -> std::pin::Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + '_>> {
+fn no_setup(_: &mut sqlx::SqliteConnection) -> Setup<'_> {
     Box::pin(std::future::ready(Ok(())))
 }
 
