@@ -3,7 +3,7 @@
 //! | feature | backend | exclusion across | one round trip per lock op | notifications |
 //! |---|---|---|---|---|
 //! | `sqlite` (default) | `SqliteStorage` | processes on one host | yes (one statement) | no: jittered backoff |
-//! | `postgres` | `PostgresStorage` | hosts sharing one primary | yes (one statement, server clock) | `LISTEN/NOTIFY` |
+//! | `postgres` | `PostgresStorage` | hosts sharing one primary | yes (one statement, server clock; a busy acquisition two) | `LISTEN/NOTIFY` |
 //! | `mysql` | `MysqlStorage` (MySQL 8, MariaDB 10.5+) | hosts sharing one primary | renew/release 1, acquire 2 (see its docs) | no: jittered backoff |
 //!
 //! Every backend keeps one row per lock key in a table it creates idempotently
@@ -13,9 +13,9 @@
 //! in a reserved row. Each lock operation is one statement that applies the rules of
 //! [`storage_lock_core::storage::ops`]; the primitives implement [`storage_lock_core::Storage`]'s
 //! compare-and-set contract on a `BIGINT` row version that never repeats for a key: the
-//! primitives write a fresh random 63-bit number (see `primitives`), PostgreSQL's lock
-//! statements take the next value of a per-table sequence, SQLite's `random()` (64 bits) and
-//! MySQL's a client-chosen random 63-bit number. Versions are opaque: only equality matters.
+//! primitives write a fresh random 63-bit number (see `primitives`), PostgreSQL's renewals
+//! the next value of a per-table sequence (its acquisitions a client-chosen random one),
+//! SQLite's `random()` (64 bits) and MySQL's a client-chosen random 63-bit number. Versions are opaque: only equality matters.
 //!
 //! # Connections
 //!

@@ -1,8 +1,13 @@
 //! [`PostgresStorage`]: locks in a PostgreSQL table, judged by the server's clock.
 //!
 //! * `try_acquire`, `renew` and `release` are each **one statement** (one round trip): an
-//!   `INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING` inside a CTE that also reports the
-//!   holder when busy; `UPDATE … RETURNING`. "Now" is `statement_timestamp()` on the server.
+//!   `INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING` that takes a free or expired key;
+//!   `UPDATE … RETURNING`. A **busy** acquisition takes a second statement, which marks the
+//!   record and reports its holder: the statement that takes a key stays small, and the server
+//!   time of an uncontended cycle (counted in instructions under callgrind: 530 k → 340 k, a
+//!   durable-row upsert + update 200 k; BENCHMARKS.md) is what bounds throughput with many
+//!   clients. Reentrant requests use a statement of their own with the reentry branch.
+//!   "Now" is `statement_timestamp()` on the server.
 //! * A busy acquisition marks the row (`waiters`), and the release that frees a marked row sends
 //!   `pg_notify(channel, key)` in the same statement (unmarked releases send nothing: NOTIFY
 //!   serializes the commits of notifying transactions); a force release (an `update` that
@@ -37,10 +42,10 @@
 //!   `tests/postgres.rs` checks this on a server of its own stopped with
 //!   `pg_ctl stop -m immediate`.
 //! * Row versions never repeat for a key, so a CAS never confuses a recreated row with an old
-//!   one: the synchronous lock statements take the next value of a sequence
-//!   (`<table>_version`); the CAS primitives and the (asynchronously committed) release a random
-//!   63-bit number, since a sequence advance lost with an asynchronous commit is handed out
-//!   again after the crash.
+//!   one: renewals take the next value of a sequence (`<table>_version`); acquisitions, the CAS
+//!   primitives and the (asynchronously committed) release a random 63-bit number chosen by the
+//!   client (a sequence advance lost with an asynchronous commit is handed out again after the
+//!   crash).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +63,7 @@ use storage_lock_core::{
 
 use crate::conns::{Conns, Setup};
 use crate::naming::validate_table_name;
-use crate::row::{COLUMNS, corrupt, holder_params, lease_millis, timestamp};
+use crate::row::{COLUMNS, holder_params, lease_millis, timestamp};
 use crate::server::{ServerOptions, server_setters};
 
 const NAME: &str = "postgres";
@@ -248,6 +253,8 @@ struct Statements {
     delete: String,
     list: String,
     acquire: String,
+    acquire_reentrant: String,
+    mark: String,
     renew: String,
     renew_many: String,
     release: String,
@@ -261,7 +268,53 @@ impl Statements {
         };
         let seq = format!("{t}_version");
         let next = format!("nextval('{seq}')");
-        let live = format!("(cur.count > 0 AND cur.expires_at > {NOW})");
+        // $1 key, $2 owner, $3 lease ms, $4 host, $5 pid, $6 note, $7 floor key, $8 a random
+        // version. See `acquire` below.
+        let take = |reentrant: bool| {
+            let live = "(cur.count > 0 AND cur.expires_at > EXCLUDED.acquired_at)";
+            // Only a reentry passes the `WHERE` with the record live: there, `on_live(a, b)`
+            // is `a` for a reentry and `b` for a new hold; the plain statement is just `b`.
+            let on_live = |held: &str, new: &str| {
+                if reentrant {
+                    format!("CASE WHEN {live} THEN {held} ELSE {new} END")
+                } else {
+                    new.to_owned()
+                }
+            };
+            let keep = |col: &str| on_live(&format!("cur.{col}"), &format!("EXCLUDED.{col}"));
+            let count = on_live("cur.count + 1", "1");
+            let expires_at = on_live(
+                "GREATEST(cur.expires_at, EXCLUDED.expires_at)",
+                "EXCLUDED.expires_at",
+            );
+            let fencing = on_live("cur.fencing", "cur.fencing + 1");
+            let waiters = on_live("cur.waiters", "false");
+            let admit = if reentrant {
+                format!("NOT {live} OR cur.owner = EXCLUDED.owner")
+            } else {
+                format!("NOT {live}")
+            };
+            format!(
+                "INSERT INTO {t} AS cur ({COLUMNS}) VALUES ($1, $8, $2, 1,
+                    CASE WHEN EXISTS (SELECT 1 FROM {t} WHERE lock_key = $1) THEN {SWEPT}
+                         ELSE COALESCE((SELECT fencing FROM {t} WHERE lock_key = $7 FOR SHARE), 0) + 1 END,
+                    {NOW}, {NOW} + $3, $4, $5, $6)
+                 ON CONFLICT (lock_key) DO UPDATE SET
+                    version = EXCLUDED.version, count = {count}, fencing = {fencing},
+                    acquired_at = {}, expires_at = {expires_at},
+                    holder_host = {}, holder_pid = {}, holder_note = {},
+                    waiters = {waiters}, owner = EXCLUDED.owner
+                 WHERE {admit}
+                 RETURNING true,
+                    CASE WHEN fencing <> {SWEPT} THEN fencing
+                         ELSE ('storage-lock: the record was swept meanwhile; retry ' || fencing)::bigint END,
+                    count, expires_at",
+                keep("acquired_at"),
+                keep("holder_host"),
+                keep("holder_pid"),
+                keep("holder_note"),
+            )
+        };
         let mut ddl = Vec::new();
         if let Some(s) = schema {
             ddl.push(format!("CREATE SCHEMA IF NOT EXISTS {s}"));
@@ -318,7 +371,6 @@ impl Statements {
                  WHERE lock_key >= $1 AND starts_with(lock_key, $2) AND lock_key > $3
                  ORDER BY lock_key LIMIT $4"
             ),
-            // $1 key, $2 owner, $3 lease ms, $4 host, $5 pid, $6 note, $7 reentrant, $8 floor key.
             // A fresh key's token comes from the fencing floor, read `FOR SHARE`: a sweep raises
             // the floor (an UPDATE of that row) before it deletes tombstones, so it waits until
             // this statement commits, and a floor raised after the statement's snapshot is still
@@ -339,52 +391,33 @@ impl Statements {
             // (it does: an InitPlan runs when first needed); only the cost does. The tests
             // `acquisition_delayed_past_a_sweep_gets_a_new_token` and the conformance case
             // `sweeps_racing_acquisitions_keep_tokens_increasing` fail if the sentinel row can
-            // commit. The conflict branch keeps the row's version from `VALUES`: one sequence
-            // value per acquisition.
-            // The busy branch reads the statement's snapshot: the record as the upsert found it.
-            // A busy attempt also sets `waiters`, so that the release notifies (uncontended
-            // releases skip NOTIFY, whose commit-time lock serializes concurrent commits). If the
-            // flag could not be set because the hold ended in between (the release then saw no
-            // waiters and sent nothing), the busy answer says "expires now": the waiter retries
-            // at once instead of sleeping through a notification that never comes.
-            acquire: format!(
-                "WITH ins AS (
-                    INSERT INTO {t} AS cur ({COLUMNS}) VALUES ($1, {next}, $2, 1,
-                        CASE WHEN EXISTS (SELECT 1 FROM {t} WHERE lock_key = $1) THEN {SWEPT}
-                             ELSE COALESCE((SELECT fencing FROM {t} WHERE lock_key = $8 FOR SHARE), 0) + 1 END,
-                        {NOW}, {NOW} + $3, $4, $5, $6)
-                    ON CONFLICT (lock_key) DO UPDATE SET
-                        version = EXCLUDED.version,
-                        count = CASE WHEN {live} THEN cur.count + 1 ELSE 1 END,
-                        fencing = CASE WHEN {live} THEN cur.fencing ELSE cur.fencing + 1 END,
-                        acquired_at = CASE WHEN {live} THEN cur.acquired_at ELSE EXCLUDED.acquired_at END,
-                        expires_at = CASE WHEN {live} THEN GREATEST(cur.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END,
-                        holder_host = CASE WHEN {live} THEN cur.holder_host ELSE EXCLUDED.holder_host END,
-                        holder_pid = CASE WHEN {live} THEN cur.holder_pid ELSE EXCLUDED.holder_pid END,
-                        holder_note = CASE WHEN {live} THEN cur.holder_note ELSE EXCLUDED.holder_note END,
-                        waiters = CASE WHEN {live} THEN cur.waiters ELSE false END,
-                        owner = EXCLUDED.owner
-                    WHERE NOT {live} OR ($7 AND cur.owner = EXCLUDED.owner)
-                    RETURNING fencing, count, expires_at
-                 ),
-                 flag AS (
+            // commit.
+            // A statement takes the key or changes nothing: free or expired, the record gets
+            // the next token (the conflict branch); otherwise the `WHERE` leaves it alone and
+            // nothing is returned, and `acquire_once` asks `mark` who holds it. Reentrant
+            // requests have a statement of their own (`take(true)`), which also admits the
+            // holder's reentry (one level more); the plain one has no reentry branch to
+            // evaluate. "Now" inside the conflict branch is `EXCLUDED.acquired_at` (the
+            // statement's clock, read once in `VALUES`).
+            acquire: take(false),
+            acquire_reentrant: take(true),
+            // $1 key. Answers a busy acquisition: the record from the statement's snapshot and
+            // the clock. It also marks the record (`waiters`), so that the release notifies
+            // (uncontended releases skip NOTIFY, whose commit-time lock serializes concurrent
+            // commits). The mark is set only on a live record; if the hold ended before it
+            // (the release then saw no mark and sent nothing), the answer says "expires now":
+            // the waiter retries at once instead of sleeping through a notification that
+            // never comes. No row: the record is gone (a sweep); `acquire_once` tries again.
+            mark: format!(
+                "WITH flag AS (
                     UPDATE {t} SET waiters = true
                     WHERE lock_key = $1 AND NOT waiters AND count > 0 AND expires_at > {NOW}
-                      AND NOT EXISTS (SELECT 1 FROM ins)
                     RETURNING 1
                  )
-                 SELECT true AS acquired,
-                        CASE WHEN fencing <> {SWEPT} THEN fencing
-                             ELSE ('storage-lock: the record was swept meanwhile; retry ' || fencing)::bigint END,
-                        count, expires_at,
-                        NULL::text AS holder_host, NULL::bigint AS holder_pid, NULL::text AS holder_note,
-                        {NOW} AS now_ms
-                   FROM ins
-                 UNION ALL
                  SELECT false, fencing, count,
                         CASE WHEN waiters OR EXISTS (SELECT 1 FROM flag) THEN expires_at ELSE {NOW} END,
                         holder_host, holder_pid, holder_note, {NOW}
-                   FROM {t} WHERE lock_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)"
+                   FROM {t} WHERE lock_key = $1"
             ),
             renew: format!(
                 "UPDATE {t} SET version = {next}, expires_at = {NOW} + $3
@@ -526,22 +559,28 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
         let (host, pid, note) = holder_params(req.holder.as_deref());
+        let take = if req.reentrant {
+            &self.sql.acquire_reentrant
+        } else {
+            &self.sql.acquire
+        };
         let mut swept = 0;
         loop {
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
-            let row = query(&self.sql.acquire)
+            let row = query(take)
                 .bind(key)
                 .bind(&req.owner.to_bytes()[..])
                 .bind(lease_millis(req.lease))
                 .bind(host)
                 .bind(pid)
                 .bind(note)
-                .bind(req.reentrant)
                 .bind(FENCING_FLOOR_KEY)
+                .bind(crate::row::new_version())
                 .fetch_optional(c.conn())
                 .await;
             c.keep_if(&row);
-            let row = match row {
+            match row {
+                Ok(Some(r)) => return crate::row::acquire_outcome(key, &r, true),
                 // A sweep deleted the record after the statement's snapshot: nothing was
                 // written; try again (the fresh snapshot reads the fencing floor).
                 Err(sqlx::Error::Database(e))
@@ -550,13 +589,17 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                     swept += 1;
                     continue;
                 }
-                other => other.map_err(err("acquire"))?,
-            };
-            // No row: the record vanished between the upsert's check and the snapshot read
-            // (a concurrent sweep); just try again.
-            let Some(r) = row else { continue };
-            let won = r.try_get::<bool, _>(0).map_err(|e| corrupt(key, e))?;
-            return crate::row::acquire_outcome(key, &r, won);
+                Err(e) => return Err(err("acquire")(e)),
+                // Busy: a second statement marks the record and reports its holder.
+                Ok(None) => {}
+            }
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
+            let row = query(&self.sql.mark).bind(key).fetch_optional(c.conn()).await;
+            c.keep_if(&row);
+            // No row: the record vanished since the upsert's check (a sweep); try again.
+            if let Some(r) = row.map_err(err("acquire"))? {
+                return crate::row::acquire_outcome(key, &r, false);
+            }
         }
     }
 

@@ -20,7 +20,9 @@ storage_lock_testkit::storage_lock_suites!(postgres);
 /// Regression: an acquisition whose statement took its snapshot before a sweep raised the
 /// fencing floor and deleted the key's tombstone must still see the raised floor (it read the
 /// floor from its snapshot and re-issued token 1). The acquisition is held between its snapshot
-/// and its floor read by a lock on the version sequence (`nextval` comes first in its row).
+/// and its insert's conflict check by a `BEFORE INSERT` trigger of the test's table that waits
+/// for an advisory lock the test holds (row triggers run before `ON CONFLICT` looks for the
+/// conflicting row).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
     use std::time::Duration;
@@ -50,8 +52,18 @@ async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
     s.release("k", a).await.unwrap();
 
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let gate = i64::from(rand_suffix());
+    sqlx::raw_sql(&format!(
+        "CREATE FUNCTION {table}_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_advisory_xact_lock_shared({gate}); RETURN NEW; END $$;
+         CREATE TRIGGER gate BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {table}_gate()"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
     let mut blocker = pool.begin().await.unwrap();
-    sqlx::query(&format!("ALTER SEQUENCE {table}_version INCREMENT BY 1"))
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(gate)
         .execute(&mut *blocker)
         .await
         .unwrap();
@@ -65,8 +77,8 @@ async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
     assert_eq!(swept.deleted, 1, "{swept:?}");
     blocker.rollback().await.unwrap();
     let second = token(delayed.await.unwrap().unwrap());
-    sqlx::query(&format!(
-        "DROP TABLE {table}; DROP SEQUENCE {table}_version"
+    sqlx::raw_sql(&format!(
+        "DROP TABLE {table}; DROP SEQUENCE {table}_version; DROP FUNCTION {table}_gate()"
     ))
     .execute(&pool)
     .await
@@ -123,8 +135,8 @@ async fn opening_does_not_queue_behind_a_reader_of_the_table() {
     )
     .await;
     idle.rollback().await.unwrap();
-    sqlx::query(&format!(
-        "DROP TABLE {table}; DROP SEQUENCE {table}_version"
+    sqlx::raw_sql(&format!(
+        "DROP TABLE {table}; DROP SEQUENCE {table}_version; DROP FUNCTION {table}_gate()"
     ))
     .execute(&pool)
     .await

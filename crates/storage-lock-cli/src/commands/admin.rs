@@ -77,7 +77,7 @@ fn round_trips(backend: &str) -> &'static str {
     match backend {
         "memory" => "0 (one mutex hold in this process)",
         "sqlite" => "1 / 1 / 1 (one statement each)",
-        "postgres" => "1 / 1 / 1 (one statement each, on the server clock)",
+        "postgres" => "1 / 1 / 1 (one statement each, on the server clock; a busy acquire 2)",
         "mysql" => "2 / 1 / 1 (no RETURNING from an upsert)",
         "redis" => "1 / 1 / 1 (one Lua script each, on Redis TIME)",
         _ => "see the backend's documentation",
