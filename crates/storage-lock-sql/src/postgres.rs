@@ -4,7 +4,7 @@
 //!   `INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING` that takes a free or expired key;
 //!   `UPDATE … RETURNING`. A **busy** acquisition takes a second statement, which marks the
 //!   record and reports its holder: the statement that takes a key stays small, and the server
-//!   time of an uncontended cycle (counted in instructions under callgrind: 530 k → 340 k, a
+//!   time of an uncontended cycle (counted in instructions under callgrind: 530 k → 332 k, a
 //!   durable-row upsert + update 200 k; BENCHMARKS.md) is what bounds throughput with many
 //!   clients. Reentrant requests use a statement of their own with the reentry branch.
 //!   "Now" is `statement_timestamp()` on the server.

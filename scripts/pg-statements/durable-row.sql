@@ -1,0 +1,3 @@
+-- The bench's durable-row baseline: a synchronous upsert that takes a free or expired row, and an update that frees it.
+INSERT INTO xb AS cur (lock_key, version, owner, count, fencing, acquired_at, expires_at) VALUES ('d' || :client_id, 1, '\x0707'::bytea, 1, 1, 0, (extract(epoch from now()) * 1000)::bigint + 30000) ON CONFLICT (lock_key) DO UPDATE SET version = cur.version + 1, owner = EXCLUDED.owner, count = 1, fencing = cur.fencing + 1, expires_at = EXCLUDED.expires_at WHERE cur.count = 0 OR cur.expires_at < (extract(epoch from now()) * 1000)::bigint RETURNING fencing;
+UPDATE xb SET version = version + 1, count = 0 WHERE lock_key = 'd' || :client_id AND owner = '\x0707'::bytea AND count > 0;
