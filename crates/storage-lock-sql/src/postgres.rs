@@ -383,7 +383,7 @@ impl Statements {
             // on it (a row lock shared by several transactions is a MultiXact, WAL-logged).
             // When the snapshot has a row, the insert carries the sentinel `SWEPT` instead; the
             // insert happens anyway only if a sweep deleted that row after the snapshot, and
-            // then the final SELECT fails the statement (a cast error, SQLSTATE 22P02, so that
+            // then its `RETURNING` list fails the statement (a cast error, SQLSTATE 22P02, so that
             // the sentinel row is never committed) and `acquire_once` tries again, with a fresh
             // snapshot that reads the floor. (`ON CONFLICT` checks NOT NULL and CHECK
             // constraints before it looks for the conflict, so a constraint cannot do this.)

@@ -136,7 +136,7 @@ async fn opening_does_not_queue_behind_a_reader_of_the_table() {
     .await;
     idle.rollback().await.unwrap();
     sqlx::raw_sql(&format!(
-        "DROP TABLE {table}; DROP SEQUENCE {table}_version; DROP FUNCTION {table}_gate()"
+        "DROP TABLE {table}; DROP SEQUENCE {table}_version"
     ))
     .execute(&pool)
     .await
