@@ -15,7 +15,8 @@
 //! compare-and-set contract on a `BIGINT` row version that never repeats for a key: the
 //! primitives write a fresh random 63-bit number (see `primitives`), PostgreSQL's renewals
 //! the next value of a per-table sequence (its acquisitions a client-chosen random one),
-//! SQLite's `random()` (64 bits) and MySQL's a client-chosen random 63-bit number. Versions are opaque: only equality matters.
+//! SQLite's `random()` (64 bits) and MySQL's a client-chosen random 63-bit number. Versions are
+//! opaque: only equality matters.
 //!
 //! # Connections
 //!

@@ -282,6 +282,12 @@ impl Statements {
                 }
             };
             let keep = |col: &str| on_live(&format!("cur.{col}"), &format!("EXCLUDED.{col}"));
+            let (acquired_at, host, pid, note) = (
+                keep("acquired_at"),
+                keep("holder_host"),
+                keep("holder_pid"),
+                keep("holder_note"),
+            );
             let count = on_live("cur.count + 1", "1");
             let expires_at = on_live(
                 "GREATEST(cur.expires_at, EXCLUDED.expires_at)",
@@ -301,18 +307,14 @@ impl Statements {
                     {NOW}, {NOW} + $3, $4, $5, $6)
                  ON CONFLICT (lock_key) DO UPDATE SET
                     version = EXCLUDED.version, count = {count}, fencing = {fencing},
-                    acquired_at = {}, expires_at = {expires_at},
-                    holder_host = {}, holder_pid = {}, holder_note = {},
+                    acquired_at = {acquired_at}, expires_at = {expires_at},
+                    holder_host = {host}, holder_pid = {pid}, holder_note = {note},
                     waiters = {waiters}, owner = EXCLUDED.owner
                  WHERE {admit}
                  RETURNING true,
                     CASE WHEN fencing <> {SWEPT} THEN fencing
                          ELSE ('storage-lock: the record was swept meanwhile; retry ' || fencing)::bigint END,
-                    count, expires_at",
-                keep("acquired_at"),
-                keep("holder_host"),
-                keep("holder_pid"),
-                keep("holder_note"),
+                    count, expires_at"
             )
         };
         let mut ddl = Vec::new();
