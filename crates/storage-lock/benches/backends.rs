@@ -14,8 +14,11 @@
 //! the round-trip time of a trivial query for scale. For the replicated stores the baselines are
 //! etcd's own `Lock`/`Unlock` and a bare put + delete `Txn`, NATS KV `create` + `delete` and two
 //! revision-checked updates, S3 `PUT If-None-Match: *` + `DELETE`; and the requests per lock
-//! operation are counted (client side, and for etcd on the server's `/metrics` too). Prints
-//! Markdown rows for BENCHMARKS.md.
+//! operation are counted (client side, and for etcd on the server's `/metrics` too). Where an
+//! aim is a ratio (PostgreSQL's durable row, Redis's raw commands and `rslock`), engine and
+//! baseline alternate for a few rounds and the row shows the median round; Redis also prints
+//! the CPU a cycle costs on the server and in this process. Prints Markdown rows for
+//! BENCHMARKS.md.
 
 mod common;
 
@@ -32,6 +35,7 @@ struct Stats {
     per_sec: f64,
     p50: Duration,
     p99: Duration,
+    cycles: usize,
 }
 
 /// Runs `clients` concurrent loops of `op(client)` for [`RUN`].
@@ -64,9 +68,15 @@ where
     for t in tasks {
         all.extend(t.await.unwrap());
     }
-    let per_sec = all.len() as f64 / start.elapsed().as_secs_f64();
+    let cycles = all.len();
+    let per_sec = cycles as f64 / start.elapsed().as_secs_f64();
     let (p50, p99) = common::percentiles(all);
-    Stats { per_sec, p50, p99 }
+    Stats {
+        per_sec,
+        p50,
+        p99,
+        cycles,
+    }
 }
 
 fn ms(d: Duration) -> String {
@@ -119,8 +129,45 @@ where
     common::percentiles(s).0
 }
 
-/// Alternating rounds of the engine and of the durable-row baseline on PostgreSQL.
-const ROUNDS: usize = 3;
+/// Alternating rounds of the engine and of an aim's baseline (PostgreSQL's durable row,
+/// Redis's raw commands and `rslock`).
+const ROUNDS: usize = 5;
+
+/// Engine and baseline alternate for [`ROUNDS`] rounds of [`measure`]; returns the ratio of
+/// each round (engine / baseline, in order) and the round of the median ratio. One pair of
+/// 3 s runs moved by up to 25 % between runs on a shared two-core machine, more than some of
+/// the gaps the aims are about.
+async fn alternating<E, EF, B, BF>(
+    clients: usize,
+    engine: impl Fn() -> E,
+    base: impl Fn() -> B,
+) -> (Vec<f64>, Stats, Stats)
+where
+    E: Fn(usize) -> EF + Send + Sync + 'static,
+    EF: Future<Output = ()> + Send,
+    B: Fn(usize) -> BF + Send + Sync + 'static,
+    BF: Future<Output = ()> + Send,
+{
+    let mut rounds: Vec<(Stats, Stats)> = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let e = measure(clients, engine()).await;
+        rounds.push((e, measure(clients, base()).await));
+    }
+    let ratio = |(e, b): &(Stats, Stats)| e.per_sec / b.per_sec;
+    let each = rounds.iter().map(ratio).collect();
+    rounds.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
+    let (e, b) = rounds.swap_remove(rounds.len() / 2);
+    (each, e, b)
+}
+
+/// "the median of N alternating rounds (each: …)", for a row's baseline column.
+fn rounds_note(each: &[f64]) -> String {
+    let each: Vec<String> = each.iter().map(|r| format!("{r:.2}")).collect();
+    format!(
+        "the median of {ROUNDS} alternating rounds (each: {})",
+        each.join(", ")
+    )
+}
 
 /// Where the durable-row baseline's statements run.
 #[derive(Clone)]
@@ -289,32 +336,20 @@ async fn postgres(url: &str) {
         })
         .await;
         row("PostgreSQL", clients, &engine, "advisory lock", &raw);
-        // The durable row is the aim's baseline: engine and baseline alternate for `ROUNDS`
-        // rounds and the row shows the round of the median ratio (one pair of 3 s runs moved
-        // by up to 25 % between runs on a shared two-core machine).
-        let mut rounds: Vec<(Stats, Stats)> = Vec::with_capacity(ROUNDS);
-        for _ in 0..ROUNDS {
-            let engine = measure(clients, engine_op(locks.clone())).await;
-            rounds.push((
-                engine,
-                measure(
-                    clients,
-                    durable_op(DurableOn::OwnConnections(conns.clone())),
-                )
-                .await,
-            ));
-        }
-        let ratio = |(e, d): &(Stats, Stats)| e.per_sec / d.per_sec;
-        let each: Vec<String> = rounds.iter().map(|r| format!("{:.2}", ratio(r))).collect();
-        rounds.sort_by(|a, b| ratio(a).total_cmp(&ratio(b)));
-        let (engine, durable) = rounds.swap_remove(rounds.len() / 2);
+        // The durable row is the aim's baseline: the row shows the round of the median ratio.
+        let (each, engine, durable) = alternating(
+            clients,
+            || engine_op(locks.clone()),
+            || durable_op(DurableOn::OwnConnections(conns.clone())),
+        )
+        .await;
         row(
             "PostgreSQL",
             clients,
             &engine,
             &format!(
-                "durable row (upsert + update, a connection per client), the median of {ROUNDS} alternating rounds (each: {})",
-                each.join(", ")
+                "durable row (upsert + update, a connection per client), {}",
+                rounds_note(&each)
             ),
             &durable,
         );
@@ -400,6 +435,45 @@ async fn mysql(url: &str) {
 
 const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
+/// One [`measure`] run of `op` with the CPU time it cost per cycle, in µs: the Redis server's
+/// (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`) and this process's (user + system time of
+/// `/proc/self/stat`, in clock ticks: ±10 ms over the run, ±0.3 %).
+async fn redis_cpu<F, Fut>(
+    conn: &redis::aio::ConnectionManager,
+    clients: usize,
+    op: F,
+) -> (f64, f64)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    async fn server(conn: &redis::aio::ConnectionManager) -> f64 {
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut conn.clone())
+            .await
+            .unwrap();
+        info.lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(k, _)| *k == "used_cpu_user" || *k == "used_cpu_sys")
+            .map(|(_, v)| v.trim().parse::<f64>().unwrap())
+            .sum()
+    }
+    fn client() -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        // Fields 14 and 15 (utime, stime), counted after the parenthesised command name.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+        ticks / 100.0
+    }
+    let (s0, c0) = (server(conn).await, client());
+    let stats = measure(clients, op).await;
+    let (s1, c1) = (server(conn).await, client());
+    let per = |secs: f64| secs * 1e6 / stats.cycles as f64;
+    (per(s1 - s0), per(c1 - c0))
+}
+
 async fn redis_bench(url: &str) {
     let locks = connect(&format!("{url}?prefix=storage-lock-bench:"))
         .await
@@ -409,46 +483,78 @@ async fn redis_bench(url: &str) {
     let cad = redis::Script::new(COMPARE_AND_DELETE);
     let rs = Arc::new(rslock::LockManager::new(vec![url.to_owned()]));
     for clients in [1, 16] {
-        let engine = measure(clients, engine_op(locks.clone())).await;
-        let (c2, s2) = (conn.clone(), cad.clone());
-        let raw = measure(clients, move |c| {
-            let (mut conn, cad) = (c2.clone(), s2.clone());
-            async move {
-                let k = format!("raw-lock-{c}");
-                let ok: Option<String> = redis::cmd("SET")
-                    .arg(&k)
-                    .arg("owner")
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                assert!(ok.is_some());
-                let _: i64 = cad
-                    .key(&k)
-                    .arg("owner")
-                    .invoke_async(&mut conn)
-                    .await
-                    .unwrap();
+        // Both baselines alternate with the engine (see `alternating`): the gaps to the aims
+        // are smaller than the drift between two sequential 3 s runs.
+        let raw_op = || {
+            let (c2, s2) = (conn.clone(), cad.clone());
+            move |c: usize| {
+                let (mut conn, cad) = (c2.clone(), s2.clone());
+                async move {
+                    let k = format!("raw-lock-{c}");
+                    let ok: Option<String> = redis::cmd("SET")
+                        .arg(&k)
+                        .arg("owner")
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    assert!(ok.is_some());
+                    let _: i64 = cad
+                        .key(&k)
+                        .arg("owner")
+                        .invoke_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
             }
-        })
-        .await;
-        row("Redis", clients, &engine, "SET NX PX + CAD", &raw);
-        let r2 = rs.clone();
-        let peer = measure(clients, move |c| {
-            let rs = r2.clone();
-            async move {
-                let k = format!("rslock-{c}");
-                let lock = rs
-                    .lock(k.as_bytes(), Duration::from_secs(30))
-                    .await
-                    .expect("rslock");
-                rs.unlock(&lock).await;
+        };
+        let (each, engine, raw) = alternating(clients, || engine_op(locks.clone()), raw_op).await;
+        let name = format!("SET NX PX + CAD, {}", rounds_note(&each));
+        row("Redis", clients, &engine, &name, &raw);
+        let peer_op = || {
+            let r2 = rs.clone();
+            move |c: usize| {
+                let rs = r2.clone();
+                async move {
+                    let k = format!("rslock-{c}");
+                    let lock = rs
+                        .lock(k.as_bytes(), Duration::from_secs(30))
+                        .await
+                        .expect("rslock");
+                    rs.unlock(&lock).await;
+                }
             }
-        })
-        .await;
-        row("Redis", clients, &engine, "rslock", &peer);
+        };
+        let (each, engine, peer) = alternating(clients, || engine_op(locks.clone()), peer_op).await;
+        row(
+            "Redis",
+            clients,
+            &engine,
+            &format!("rslock, {}", rounds_note(&each)),
+            &peer,
+        );
+        // Where a cycle's CPU goes: the server's own account (`INFO cpu`) and this process's
+        // (`/proc/self/stat`), per cycle, one more run of each.
+        let mut cells = Vec::new();
+        for (name, cpu) in [
+            (
+                "engine",
+                redis_cpu(&conn, clients, engine_op(locks.clone())).await,
+            ),
+            ("SET NX PX + CAD", redis_cpu(&conn, clients, raw_op()).await),
+            ("rslock", redis_cpu(&conn, clients, peer_op()).await),
+        ] {
+            cells.push(format!(
+                "{name}: server {:.1} µs, client {:.1} µs",
+                cpu.0, cpu.1
+            ));
+        }
+        println!(
+            "| Redis CPU per cycle | {clients} | {} |",
+            cells.join(" | ")
+        );
     }
     renew_batch_row("Redis", &locks).await;
     let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
