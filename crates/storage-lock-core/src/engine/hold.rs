@@ -1,7 +1,6 @@
 //! The engine's side of a [`crate::LockHandle`]: renew and release through the storage.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -14,13 +13,13 @@ use crate::contract::LockError;
 use crate::storage::{OwnerId, RenewOutcome, Storage, StorageError};
 
 /// What the engine keeps per hold besides the runtime's [`HoldCore`] (which has the key and the
-/// token): the storage, the engine, the owner secret and when the hold began.
+/// token): the storage, the engine, the owner secret and when the hold began. 32 bytes: that
+/// its end was reported is a bit of the core's flags ([`HoldCore::first_end`]).
 pub(crate) struct EngineHold<S: Storage + ?Sized> {
     via: Arc<HoldContext<S>>,
     owner: OwnerId,
     /// When the hold began, on the boot clock (the hold-time metric).
     acquired_ns: u64,
-    ended: AtomicBool,
 }
 
 impl<S: Storage + ?Sized> EngineHold<S> {
@@ -29,12 +28,11 @@ impl<S: Storage + ?Sized> EngineHold<S> {
             via,
             owner,
             acquired_ns: acquired.as_nanos(),
-            ended: AtomicBool::new(false),
         }
     }
 
     fn end(&self, hold: &HoldCore, kind: LockEventKind) {
-        if !self.ended.swap(true, Ordering::AcqRel) {
+        if hold.first_end() {
             let acquired = BootInstant::from_nanos(self.acquired_ns);
             telemetry::hold_ended(BootInstant::now().saturating_duration_since(acquired));
             let key = hold.key().as_str();

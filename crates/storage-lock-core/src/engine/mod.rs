@@ -358,7 +358,7 @@ impl<S: Storage + ?Sized> DistributedLock for StorageLock<S> {
 #[cfg(all(test, target_pointer_width = "64"))]
 mod size {
     /// A held lock's handle is one allocation of this (its key inline when short), 16 bytes
-    /// of reference counts and the allocator's 8: 144 bytes in glibc's size classes at most.
+    /// of reference counts and the allocator's 8: 128 bytes in glibc's size classes at most.
     /// `benches/holds.rs` measures the whole cost per hold (≤ 300 bytes at a million holds).
     /// Guards against fields creeping back in.
     #[test]
@@ -366,7 +366,8 @@ mod size {
         let handle = std::mem::size_of::<
             super::runtime::HoldRuntime<super::hold::EngineHold<crate::MemoryStorage>>,
         >();
-        assert!(handle <= 120, "HoldRuntime<EngineHold> is {handle} bytes");
+        // 104 + 16 + 8 = 128 bytes; one byte more and glibc's next size class is 144.
+        assert!(handle <= 104, "HoldRuntime<EngineHold> is {handle} bytes");
         let record = std::mem::size_of::<crate::LockRecord>();
         assert!(record <= 56, "LockRecord is {record} bytes");
     }

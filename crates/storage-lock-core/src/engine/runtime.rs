@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use once_cell::race::OnceBox;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -190,7 +191,8 @@ pub(crate) struct HoldCore {
     lease_ns: u64,
     expires_ms: AtomicU64,
     deadline_ns: AtomicU64,
-    extra: OnceLock<Box<Extra>>,
+    /// One pointer (a `OnceLock` would add a word for its state).
+    extra: OnceBox<Extra>,
     /// Where the name starts in the key ([`NAME_ELSEWHERE`]: in [`Extra`]).
     name_at: u16,
     flags: AtomicU8,
@@ -227,6 +229,8 @@ const RELEASE_STARTED: u8 = 0b100;
 const TIMER_STARTED: u8 = 0b1000;
 /// A renewal is in flight (see [`HoldRuntime::renewal_turn`]).
 const RENEWING: u8 = 0b1_0000;
+/// The backend has reported the hold's end (see [`HoldCore::first_end`]).
+const END_REPORTED: u8 = 0b10_0000;
 
 fn to_millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
@@ -248,6 +252,13 @@ impl HoldCore {
     /// The fencing token.
     pub(crate) fn fencing(&self) -> u64 {
         self.fencing
+    }
+
+    /// True the first time only: for a backend that reports a hold's end once (metrics and an
+    /// event), whichever of release and loss comes first. A bit of the hold's flags rather
+    /// than a field of the backend's, so that the engine's handle fits a 128-byte allocation.
+    pub(crate) fn first_end(&self) -> bool {
+        self.flags.fetch_or(END_REPORTED, Ordering::AcqRel) & END_REPORTED == 0
     }
 }
 
@@ -900,13 +911,13 @@ impl HoldRuntime {
             .filter(|ns| *ns != LEASE_ELSEWHERE);
         let lease = lease_ns.is_none().then_some(grant.lease);
         let extra = if name.is_some() || lease.is_some() {
-            OnceLock::from(Box::new(Extra {
+            OnceBox::with_value(Box::new(Extra {
                 name,
                 lease,
                 ..Extra::default()
             }))
         } else {
-            OnceLock::new()
+            OnceBox::new()
         };
         let shared: Arc<HoldRuntime> = Arc::new(HoldRuntime {
             core: HoldCore {
