@@ -258,7 +258,12 @@ impl HoldCore {
     /// event), whichever of release and loss comes first. A bit of the hold's flags rather
     /// than a field of the backend's, so that the engine's handle fits a 128-byte allocation.
     pub(crate) fn first_end(&self) -> bool {
-        self.flags.fetch_or(END_REPORTED, Ordering::AcqRel) & END_REPORTED == 0
+        !self.flag_was_set(END_REPORTED)
+    }
+
+    /// Sets the one-time `flag`; whether it was set already.
+    fn flag_was_set(&self, flag: u8) -> bool {
+        self.flags.fetch_or(flag, Ordering::AcqRel) & flag != 0
     }
 }
 
@@ -453,7 +458,7 @@ impl HoldRuntime {
 
     /// Sets `flag`; whether it was set already.
     fn flag_was_set(&self, flag: u8) -> bool {
-        self.core.flags.fetch_or(flag, Ordering::AcqRel) & flag != 0
+        self.core.flag_was_set(flag)
     }
 
     /// The parts most handles never need, created on first use.
