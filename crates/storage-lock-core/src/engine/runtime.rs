@@ -708,7 +708,7 @@ async fn watchdog(shared: Arc<HoldRuntime>, every: Duration) {
 }
 
 /// The watchdogs of one engine's auto-renewed handles on **one timer structure** (a binary heap
-/// in one task) instead of a task per handle: ~64 bytes per watched hold instead of a task's
+/// in one task) instead of a task per handle: ~40 bytes per watched hold instead of a task's
 /// few hundred, and one timer wake-up per due instant instead of one per hold.
 ///
 /// * Each entry holds its handle weakly: a dropped handle leaves the heap at its next due time.
