@@ -153,6 +153,51 @@ fn ttou() -> SigSet {
     set
 }
 
+/// The hidden subcommand `run` starts its command through when the command gets the terminal:
+/// `storage-lock __foreground-exec PROGRAM ARGS…`.
+///
+/// `run` makes the command's group the terminal's foreground group right after starting it,
+/// but the command may already be running by then (and find itself in the background: a
+/// shell would disable job control, a `read` would stop on `SIGTTIN`). So the child takes the
+/// terminal itself before it becomes the command: [`foreground_exec`] runs in the new process
+/// group, gives it the terminal, then `exec`s the program (same pid, same group). Doing this in
+/// the child without a second program would need a `pre_exec` hook, which is `unsafe`.
+pub const FOREGROUND_EXEC: &str = "__foreground-exec";
+
+/// The body of [`FOREGROUND_EXEC`]: takes the terminal for this process's group, then replaces
+/// this process with `args[0]` run with the rest of `args`. Returns only on failure, with the
+/// exit code `run` uses for a command that cannot be started (127 not found, 126 otherwise).
+pub fn foreground_exec(args: &[std::ffi::OsString]) -> u8 {
+    use std::os::unix::process::CommandExt;
+    let Some((program, rest)) = args.split_first() else {
+        eprintln!("storage-lock: {FOREGROUND_EXEC} is internal to `storage-lock run`");
+        return crate::exit::USAGE;
+    };
+    let mut old = SigSet::empty();
+    if pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou()), Some(&mut old)).is_ok() {
+        set_foreground(getpgrp());
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+    let e = std::process::Command::new(program).args(rest).exec();
+    let failure = crate::run::cannot_run(program, &e);
+    eprintln!("storage-lock: error: {failure}");
+    failure.code
+}
+
+/// This binary, to start a hidden subcommand with. `/proc/self/exe` works even if the binary
+/// was replaced or deleted since it started.
+///
+/// # Errors
+/// When neither `/proc/self/exe` nor [`std::env::current_exe`] names it.
+pub fn own_binary() -> std::io::Result<std::path::PathBuf> {
+    let proc = std::path::Path::new("/proc/self/exe");
+    if proc.exists() {
+        Ok(proc.to_path_buf())
+    } else {
+        std::env::current_exe()
+    }
+}
+
 /// `tcsetpgrp` on stdin (with `SIGTTOU` blocked by the caller).
 fn set_foreground(pgid: Pid) {
     if let Err(e) = tcsetpgrp(std::io::stdin().as_fd(), pgid) {

@@ -54,6 +54,10 @@ pub fn main() -> ExitCode {
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    if args.first().map(String::as_str) == Some(group::FOREGROUND_EXEC) {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
+        return ExitCode::from(group::foreground_exec(&args));
+    }
     if args.first().map(String::as_str) == Some(sentinel::SUBCOMMAND) {
         return ExitCode::from(sentinel::main(&args[1..]));
     }

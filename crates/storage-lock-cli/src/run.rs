@@ -206,7 +206,11 @@ pub async fn run(
             return Err(failure);
         }
     };
-    let child = match spawn(program, program_args, &handle) {
+    if let Some(owner) = handle.owner() {
+        sentinel.hold(url, handle.key(), owner.as_u128());
+    }
+    let terminal = Terminal::foreground();
+    let child = match spawn(program, program_args, &handle, terminal.is_some()) {
         Ok(child) => child,
         Err(failure) => {
             sentinel.done();
@@ -227,7 +231,6 @@ pub async fn run(
         ));
     };
     sentinel.watch(group);
-    let terminal = Terminal::foreground();
     if let Some(terminal) = &terminal {
         terminal.give_to(group);
     }
@@ -245,8 +248,21 @@ pub async fn run(
         terminal.take_back();
     }
     sentinel.done();
-    release(&handle, quiet).await;
-    code
+    let ours = release(&handle, quiet).await;
+    match code {
+        // The hold was broken, swept or taken over after the last renewal (or on a storage
+        // without change notifications): the command ran part of its time without the lock.
+        Ok(code) if ours == Some(false) => Err(Failure::new(
+            exit::LOST,
+            format!(
+                "lock {} was no longer held by this run when the command ended (broken, swept \
+                 or taken over; fencing token {}); the command exited with {code}",
+                output::quoted(handle.name()),
+                handle.fencing_token(),
+            ),
+        )),
+        code => code,
+    }
 }
 
 /// The note stored when `--note` is not given: the program's file name, never its arguments
@@ -278,9 +294,28 @@ fn start_sentinel(handle: &LockHandle, timing: Timing) -> Result<Sentinel, Failu
     })
 }
 
-/// Starts the command with the lock's environment, in a process group of its own.
-fn spawn(program: &OsString, args: &[OsString], handle: &LockHandle) -> Result<Child, Failure> {
-    let mut cmd = Command::new(program);
+/// Starts the command with the lock's environment, in a process group of its own; with
+/// `foreground`, through [`crate::group::FOREGROUND_EXEC`], so that its group is the terminal's
+/// foreground group before the command runs.
+fn spawn(
+    program: &OsString,
+    args: &[OsString],
+    handle: &LockHandle,
+    foreground: bool,
+) -> Result<Child, Failure> {
+    // Without this binary's path the command starts directly and gets the terminal a moment
+    // after it starts.
+    let trampoline = foreground
+        .then(|| crate::group::own_binary().ok())
+        .flatten();
+    let mut cmd = match &trampoline {
+        Some(exe) => {
+            let mut cmd = Command::new(exe);
+            cmd.arg(crate::group::FOREGROUND_EXEC).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    };
     cmd.args(args)
         .env("STORAGE_LOCK_NAME", handle.name())
         .env(
@@ -292,19 +327,22 @@ fn spawn(program: &OsString, args: &[OsString], handle: &LockHandle) -> Result<C
             output::rfc3339(handle.expires_at()),
         )
         .process_group(0);
-    cmd.spawn().map_err(|e| {
-        let code = match e.kind() {
-            std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-            _ => exit::CANNOT_EXECUTE,
-        };
-        Failure::new(
-            code,
-            format!(
-                "cannot run {}: {e}",
-                output::escape(&program.to_string_lossy())
-            ),
-        )
-    })
+    cmd.spawn().map_err(|e| cannot_run(program, &e))
+}
+
+/// The failure of a command that could not be started: 127 if not found, else 126.
+pub fn cannot_run(program: &std::ffi::OsStr, e: &std::io::Error) -> Failure {
+    let code = match e.kind() {
+        std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+        _ => exit::CANNOT_EXECUTE,
+    };
+    Failure::new(
+        code,
+        format!(
+            "cannot run {}: {e}",
+            output::escape(&program.to_string_lossy())
+        ),
+    )
 }
 
 /// Why `run` is stopping the command's group.
@@ -531,15 +569,21 @@ fn describe(status: ExitStatus) -> String {
 }
 
 /// Releases the hold; a failure is only reported (the lease frees the lock anyway).
-async fn release(handle: &LockHandle, quiet: bool) {
-    if let Err(e) = handle.release().await
-        && !quiet
-    {
-        eprintln!(
-            "storage-lock: warning: could not release lock {} (it frees itself when its lease ends): {}",
-            output::quoted(handle.name()),
-            Failure::lock("release", &e),
-        );
+/// Releases the hold; whether it was still ours until then (`None`: the release failed, and
+/// a warning was printed unless quiet).
+async fn release(handle: &LockHandle, quiet: bool) -> Option<bool> {
+    match handle.release_checked().await {
+        Ok(ours) => Some(ours),
+        Err(e) => {
+            if !quiet {
+                eprintln!(
+                    "storage-lock: warning: could not release lock {} (it frees itself when its lease ends): {}",
+                    output::quoted(handle.name()),
+                    Failure::lock("release", &e),
+                );
+            }
+            None
+        }
     }
 }
 

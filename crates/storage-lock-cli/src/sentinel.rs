@@ -9,6 +9,7 @@
 //!
 //! | line | meaning |
 //! |---|---|
+//! | `hold URL KEY OWNER` | what to release if `run` dies: the storage URL (`-`: the default), the key and the owner, each hex-encoded (sent before the command starts; through the pipe, never on a command line) |
 //! | `pgid N` | the command's process group (sent right after starting the command) |
 //! | `deadline NS` | the latest local deadline of the hold, as absolute `CLOCK_BOOTTIME` nanoseconds (the initial one is an argument) |
 //! | `term` | `run` is stopping the command itself; no SIGTERM from the sentinel |
@@ -22,7 +23,11 @@
 //! - **`run` stopped feeding it** (the deadline − grace passed without a later deadline):
 //!   SIGTERM to the group (up to 100 ms after `run` itself would have, so normally only one
 //!   is sent), SIGKILL at the deadline;
-//! - exits once the group has no live process left, after the SIGKILL, or on `done`.
+//! - exits once the group has no live process left, after the SIGKILL, or on `done`;
+//! - when `run` died and the group is gone, **releases the hold** (it was told the owner), so
+//!   the next holder gets the lock at once instead of after the lease, as with `flock` when
+//!   its holder dies. Never while a process of the group may still run: the command is
+//!   stopped first.
 //!
 //! What it cannot stop: a paused or frozen *machine* (every process stops, the storage's clock
 //! does not), and processes that left the command's process group. Only the protected resource
@@ -63,12 +68,7 @@ impl Sentinel {
     /// Starts the sentinel with the hold's current local deadline (absolute `CLOCK_BOOTTIME`
     /// nanoseconds) and the kill grace.
     pub fn start(deadline: u128, grace: Duration) -> std::io::Result<Self> {
-        // `/proc/self/exe` works even if the binary was replaced or deleted since it started.
-        let exe = if std::path::Path::new("/proc/self/exe").exists() {
-            std::path::PathBuf::from("/proc/self/exe")
-        } else {
-            std::env::current_exe()?
-        };
+        let exe = crate::group::own_binary()?;
         let mut child = Command::new(exe)
             .arg0("storage-lock-sentinel")
             .arg(SUBCOMMAND)
@@ -96,6 +96,13 @@ impl Sentinel {
             pipe,
             last_deadline: deadline,
         })
+    }
+
+    /// Tells the sentinel what to release if `run` dies: the storage (`None`: the default), the
+    /// key and the owner.
+    pub fn hold(&mut self, url: Option<&str>, key: &str, owner: u128) {
+        let url = url.map_or_else(|| "-".to_owned(), |u| hex(u.as_bytes()));
+        self.send(&format!("hold {url} {} {owner:032x}", hex(key.as_bytes())));
     }
 
     /// Tells the sentinel the command's process group.
@@ -144,9 +151,34 @@ impl Sentinel {
 // ---------------------------------------------------------------------------------------------
 // The sentinel process.
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// What `run` holds (the `hold` line), to release when `run` dies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    /// `None`: the default storage.
+    url: Option<String>,
+    key: String,
+    owner: u128,
+}
+
 /// A line from `run`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Msg {
+    Hold(Held),
     Group(Pid),
     Deadline(u128),
     Term,
@@ -158,6 +190,14 @@ enum Msg {
 fn parse_line(line: &str) -> Option<Msg> {
     let mut words = line.split_whitespace();
     let msg = match (words.next()?, words.next()) {
+        ("hold", Some(url)) => {
+            let (key, owner) = (words.next()?, words.next()?);
+            Msg::Hold(Held {
+                url: if url == "-" { None } else { Some(unhex(url)?) },
+                key: unhex(key)?,
+                owner: u128::from_str_radix(owner, 16).ok()?,
+            })
+        }
         ("pgid", Some(n)) => Msg::Group(Pid::from_raw(n.parse().ok().filter(|&n| n > 1)?)),
         ("deadline", Some(n)) => Msg::Deadline(n.parse().ok()?),
         ("term", None) => Msg::Term,
@@ -255,11 +295,13 @@ pub fn main(args: &[String]) -> u8 {
         orphaned_at: None,
         term_sent: false,
     };
+    let mut held = None;
     loop {
         // Fail closed: without a clock, act as if every deadline had passed.
         let now = boottime_nanos().unwrap_or(u128::MAX);
         if let Some(group) = watch.group {
             if !group.alive() {
+                release_if_orphaned(&watch, held.as_ref());
                 return 0;
             }
             match watch.action(now) {
@@ -270,11 +312,22 @@ pub fn main(args: &[String]) -> u8 {
                 }
                 Action::Kill => {
                     group.signal(Signal::SIGKILL);
+                    if watch.orphaned_at.is_some() {
+                        // SIGKILL is not instant: release only once nothing of it runs.
+                        for _ in 0..100 {
+                            if !group.alive() {
+                                release_if_orphaned(&watch, held.as_ref());
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
                     return 0;
                 }
             }
         }
         match rx.recv_timeout(watch.next_wake(now)) {
+            Ok(Msg::Hold(h)) => held = Some(h),
             Ok(Msg::Group(pgid)) => watch.group = Some(Group(pgid)),
             Ok(Msg::Deadline(d)) => watch.deadline = d,
             Ok(Msg::Term) => watch.term_sent = true,
@@ -293,11 +346,67 @@ pub fn main(args: &[String]) -> u8 {
     }
 }
 
+/// After `run` died and its command's group is gone: releases the hold `run` had, so the
+/// next holder need not wait for the lease. Best effort (10 s at most): if it fails, the lease
+/// still ends the hold.
+fn release_if_orphaned(watch: &Watch, held: Option<&Held>) {
+    let (Some(_), Some(held)) = (watch.orphaned_at, held) else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    runtime.block_on(async {
+        let release = async {
+            let opened = crate::storage::open(
+                held.url.as_deref(),
+                storage_lock::HolderInfo::this_process(),
+                true,
+            )
+            .await
+            .ok()?;
+            let owner = storage_lock::OwnerId::from_u128(held.owner);
+            opened.storage.release(&held.key, owner).await.ok()
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(10), release).await;
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MS: u128 = 1_000_000;
+
+    #[test]
+    fn hold_lines_round_trip() {
+        let line = |url: Option<&str>| {
+            let url = url.map_or_else(|| "-".to_owned(), |u| hex(u.as_bytes()));
+            format!("hold {url} {} {:032x}", hex("a b/ü".as_bytes()), 42u128)
+        };
+        let want = |url: Option<&str>| {
+            Some(Msg::Hold(Held {
+                url: url.map(str::to_owned),
+                key: "a b/ü".into(),
+                owner: 42,
+            }))
+        };
+        assert_eq!(parse_line(&line(None)), want(None));
+        let url = "postgres://u:p w@h/db?x=1";
+        assert_eq!(parse_line(&line(Some(url))), want(Some(url)));
+        for bad in [
+            "hold",
+            "hold - 6",
+            "hold - 6 x",
+            "hold 6 61 2a",
+            "hold - 6g 2a",
+        ] {
+            assert_eq!(parse_line(bad), None, "{bad:?}");
+        }
+    }
 
     fn watch(deadline: u128, grace: u128) -> Watch {
         Watch {

@@ -122,3 +122,50 @@ fn inspect_shows_the_resolved_storage() {
     let expected = format!("sqlite://{}", dir.path().join("rel/locks.db").display());
     assert_eq!(shown, expected);
 }
+
+/// A lock broken while `run` holds it never ends in exit 0: where the storage has change
+/// notifications, `run` learns of it at once and stops the command; elsewhere (or when the
+/// command finishes first) its release finds the hold gone. Either way exit 76 (without the
+/// check at release, `run` exited 0 on MySQL and S3 while a second holder had the lock).
+#[test]
+fn a_broken_lock_makes_run_exit_76() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+        let scratch = support::Scratch::new(dir.path(), i);
+        let (ready, go) = (scratch.path().join("ready"), scratch.path().join("go"));
+        let name = unique("broken-run");
+        let mut run = cli(
+            dir.path(),
+            &url,
+            &[
+                "run",
+                &name,
+                "--lease",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                "touch \"$R\"; i=0; while [ ! -e \"$G\" ] && [ $i -lt 600 ]; do sleep 0.05; \
+                 i=$((i+1)); done",
+            ],
+        )
+        .env("R", &ready)
+        .env("G", &go)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn storage-lock run");
+        support::wait_until(LIMIT, "the command to start", || ready.exists());
+        let out = output_within(
+            cli(dir.path(), &url, &["break", &name, "--yes"]).stdin(Stdio::null()),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        std::fs::write(&go, "").unwrap();
+        let status = support::wait_within(&mut run, LIMIT);
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(76), "{url}: {stderr}");
+        assert!(stderr.contains("lock"), "{url}: {stderr}");
+    }
+}

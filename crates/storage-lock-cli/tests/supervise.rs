@@ -91,6 +91,53 @@ fn kill_9_of_run_stops_its_command_before_anyone_else_gets_the_lock() {
     }
 }
 
+/// `kill -9` of `run` frees the lock as soon as its command is stopped, as `flock` does when
+/// its holder dies: the sentinel releases the hold. With a 60 s lease, the next holder (which
+/// waits 10 s at most) got it only after the lease before.
+#[test]
+fn kill_9_of_run_frees_the_lock_once_its_command_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+        let dir = &Scratch::new(dir.path(), i);
+        let name = unique("kill9free");
+        let w = file(dir.path(), "w");
+        let mut holder = cli(
+            dir.path(),
+            &url,
+            &[
+                "run",
+                &name,
+                "--lease",
+                "60s",
+                "--kill-grace",
+                "500ms",
+                "--",
+                "sh",
+                "-c",
+                &writer_script(false),
+            ],
+        )
+        .env("W", &w)
+        .spawn()
+        .unwrap();
+        let cmd = writer_started(dir.path(), &w);
+        kill(holder.id(), Signal::SIGKILL);
+        holder.wait().unwrap();
+        let killed = now_ns();
+        let second = second_holder(dir, &url, &name);
+        let last = *stamps(&w).last().unwrap();
+        assert!(!alive(cmd), "{url}: the command outlived run");
+        assert!(
+            last < second,
+            "{url}: the command wrote at {last}, after the next holder started at {second}"
+        );
+        eprintln!(
+            "{url}: next holder {} ms after kill -9",
+            (second.saturating_sub(killed)) / 1_000_000
+        );
+    }
+}
+
 #[test]
 fn a_stopped_run_has_its_command_stopped_by_the_deadline_even_if_it_ignores_sigterm() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,8 @@
 //!
 //! Every case is a `pub async fn` taking a fresh storage. A backend stamps all of them as named
 //! `#[tokio::test]`s with one macro call, once through its own lock operations and once through
-//! the default implementations ([`storage_lock_core::fault::PrimitivesOnly`]):
+//! the default implementations ([`storage_lock_core::fault::PrimitivesOnly`]); a backend with
+//! only the primitives runs them once (`storage_lock_suites!(storage, lock_operations = default)`):
 //!
 //! ```ignore
 //! async fn storage() -> MyStorage { MyStorage::connect("…").await.unwrap() }
@@ -37,8 +38,20 @@ pub fn unique_prefix(test: &str) -> String {
 /// Stamps every case of both suites as `#[tokio::test]`s for the storage made by `$factory`
 /// (a path to an `async fn() -> impl Storage`), in two modules: `overrides` (the backend as it
 /// is) and `defaults` (only its primitives, so the default lock operations run).
+///
+/// A backend that implements only the primitives (its lock operations *are* the defaults)
+/// says so with `storage_lock_suites!(factory, lock_operations = default)`: the cases run once,
+/// in a module `suites`, instead of twice through the same code.
 #[macro_export]
 macro_rules! storage_lock_suites {
+    ($factory:path, lock_operations = default) => {
+        /// The suites against the backend (its lock operations are the default ones).
+        mod suites {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__all_cases!($crate::__stamp, { $factory().await });
+        }
+    };
     ($factory:path) => {
         /// The suites against the backend's own lock operations.
         mod overrides {
@@ -96,6 +109,7 @@ macro_rules! storage_lock_remote_suite {
                     dropped_handle_releases_in_background,
                     events_are_emitted,
                     waiting_acquire_rides_out_a_storage_outage,
+                    grant_after_storage_errors_keeps_its_full_lease,
                     grant_with_a_lost_answer_is_adopted,
                     huge_leases_work_or_fail_typed_without_holding,
                 ];
@@ -182,8 +196,10 @@ macro_rules! __all_cases {
                 dropped_handle_releases_in_background,
                 events_are_emitted,
                 waiting_acquire_rides_out_a_storage_outage,
+                grant_after_storage_errors_keeps_its_full_lease,
                 grant_with_a_lost_answer_is_adopted,
                 huge_leases_work_or_fail_typed_without_holding,
+                a_broken_hold_is_lost_at_once_and_release_says_so,
             ];
         }
     };

@@ -119,6 +119,28 @@ impl LockHandle {
         self.runtime.fencing()
     }
 
+    /// The owner the storage records this hold under (`None` for a handle made by a provider
+    /// of its own, [`LockHandle::start`]). It is the secret that renews and releases the hold:
+    /// hand it only to a process that must release for this one if it dies (what
+    /// `storage-lock run`'s dead-man switch does), never to a log.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{MemoryStorage, Storage, StorageLock};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("job", Duration::ZERO).await?.expect("free");
+    /// let owner = lock.owner().expect("an engine handle");
+    /// // Another party that knows the owner can release the hold.
+    /// locks.storage().release(lock.key(), owner).await?;
+    /// assert!(locks.try_acquire_for("job", Duration::ZERO).await?.is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(&self) -> Option<crate::storage::OwnerId> {
+        self.runtime.owner()
+    }
+
     /// The lease each renewal extends the hold by when no other is given.
     ///
     /// # Examples
@@ -289,6 +311,31 @@ impl LockHandle {
     /// ```
     pub async fn release(&self) -> Result<(), LockError> {
         self.runtime.release().await
+    }
+
+    /// Releases the hold like [`Self::release`] and says whether it was still ours until then:
+    /// `false` when the handle had turned lost, or when the storage no longer had the hold
+    /// under this handle's owner (an admin broke it, a sweep or another holder took it). Work
+    /// done under the lock may then have overlapped another holder's: a caller that cannot
+    /// fence its writes reports it (`storage-lock run` exits 76). A second call answers from
+    /// the handle's state without storage I/O.
+    ///
+    /// # Errors
+    /// As [`Self::release`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// # use std::time::Duration;
+    /// # use storage_lock_core::{MemoryStorage, StorageExt, StorageLock};
+    /// # let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let lock = locks.try_acquire_for("job", Duration::ZERO).await?.expect("free");
+    /// locks.storage().force_release("job").await?; // an admin breaks it
+    /// assert!(!lock.release_checked().await?, "it was not ours any more");
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_checked(&self) -> Result<bool, LockError> {
+        self.runtime.release_checked().await
     }
 }
 

@@ -51,6 +51,11 @@ pub struct AcquireOptions {
     pub cancel: Option<CancellationToken>,
     /// A note stored with the holder info (shown by `list`/`inspect`).
     pub note: Option<String>,
+    /// Watch the held record and turn the handle lost as soon as it stops being ours (broken
+    /// by an admin, swept, taken over), instead of at the next renewal. `None` (the default):
+    /// on for auto-renewed holds on a storage with change notifications that other processes
+    /// share (PostgreSQL, Redis, etcd, NATS, SQLite, a lock server); see [`Self::watch_loss`].
+    pub watch_loss: Option<bool>,
 }
 
 impl Default for AcquireOptions {
@@ -61,6 +66,7 @@ impl Default for AcquireOptions {
             auto_renew: None,
             cancel: None,
             note: None,
+            watch_loss: None,
         }
     }
 }
@@ -113,6 +119,30 @@ impl AcquireOptions {
     /// ```
     pub fn auto_renew(mut self, every: Duration) -> Self {
         self.auto_renew = Some(every);
+        self
+    }
+
+    /// Sets [`Self::watch_loss`]: whether the hold's record is watched so that a broken,
+    /// swept or taken-over hold turns lost within one notification round trip, not at the next
+    /// renewal (which may be minutes away for a long lease).
+    ///
+    /// The watch is a task per hold that arms the storage's change notification for the key and
+    /// reads the record after each change (a renewal on etcd or NATS is a change too, so it
+    /// costs one read per renewal there). Without notifications on the storage it does nothing:
+    /// renewals find out. Off by default for holds without auto-renew (they end by their lease)
+    /// and on a process-local storage (nobody else can break them).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use storage_lock_core::AcquireOptions;
+    /// let opts = AcquireOptions::default()
+    ///     .auto_renew(Duration::from_secs(10))
+    ///     .watch_loss(false); // renewals alone find out
+    /// assert_eq!(opts.watch_loss, Some(false));
+    /// ```
+    pub fn watch_loss(mut self, on: bool) -> Self {
+        self.watch_loss = Some(on);
         self
     }
 

@@ -102,11 +102,15 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         sent_at: granted.sent_at,
                         auto_renew: options.auto_renew,
                     };
-                    LockHandle::from_runtime(HoldRuntime::start(
-                        grant,
-                        backend,
-                        Some(&self.shared.watchdogs),
-                    ))
+                    let runtime = HoldRuntime::start(grant, backend, Some(&self.shared.watchdogs));
+                    if self.watches_loss(options) {
+                        tokio::spawn(super::hold::watch_loss(
+                            runtime.clone(),
+                            self.holds.clone(),
+                            req.owner,
+                        ));
+                    }
+                    LockHandle::from_runtime(runtime)
                 });
             match built {
                 Ok(handle) => {
@@ -252,14 +256,21 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     return Err(e.into());
                 }
             };
-            if let (Some(since), AcquireOutcome::Busy { now, .. }) = (uncertain_since, &outcome)
-                && let Some(granted) = self.adopt_lost_grant(key, req, *now, since).await
-            {
-                let granted_at = finish(Finish::Acquired);
-                return Ok(Some(Granted {
-                    granted_at,
-                    ..granted
-                }));
+            if let (Some(since), AcquireOutcome::Busy { now, .. }) = (uncertain_since, &outcome) {
+                match self.adopt_lost_grant(key, req, *now, since).await {
+                    Adoption::Adopted(granted) => {
+                        let granted_at = finish(Finish::Acquired);
+                        return Ok(Some(Granted {
+                            granted_at,
+                            ..granted
+                        }));
+                    }
+                    // Someone else holds the key: no earlier attempt of ours left a live grant,
+                    // so a later grant is this wait's own and its deadline counts from its own
+                    // request (counting from the error made it expire at once: issue 26 #10).
+                    Adoption::NotOurs => uncertain_since = None,
+                    Adoption::Unknown => {}
+                }
             }
             let busy_for = match outcome {
                 AcquireOutcome::Acquired {
@@ -328,23 +339,50 @@ fn retry_backoff(failures: u32) -> Duration {
 }
 
 impl<S: Storage + ?Sized> StorageLock<S> {
+    /// Whether a hold acquired with `options` gets a loss watch (see
+    /// [`AcquireOptions::watch_loss`]): as asked, or by default when auto-renewed on a shared
+    /// storage with change notifications.
+    fn watches_loss(&self, options: &AcquireOptions) -> bool {
+        let caps = self.storage.as_ref().capabilities();
+        caps.change_notifications
+            && options
+                .watch_loss
+                .unwrap_or(options.auto_renew.is_some() && !caps.process_local)
+    }
+
     /// After an attempt whose answer was lost, the storage may report the key busy *because of
     /// our own grant*: a plain (non-reentrant) request of the same owner is refused. If the
     /// record shows our owner holding one level, that is our grant: adopt it, with the local
     /// deadline counted from before the uncertain attempt was sent.
+    ///
+    /// [`Adoption::NotOurs`] when the record shows no live hold of our owner: then no earlier
+    /// attempt of this call holds the key. (An earlier request the storage applies only *after*
+    /// this answer — a dead connection's request processed out of order — is not covered; a
+    /// later busy answer naming our owner is not adopted then, which delays, never
+    /// double-grants.)
     async fn adopt_lost_grant(
         &self,
         key: &str,
         req: &AcquireRequest,
         now: Timestamp,
         sent_at: BootInstant,
-    ) -> Option<Granted> {
+    ) -> Adoption {
         if req.reentrant {
-            return None;
+            return Adoption::Unknown;
         }
-        let stored = self.storage.as_ref().get(key).await.ok()??;
+        let stored = match self.storage.as_ref().get(key).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return Adoption::NotOurs,
+            Err(_) => return Adoption::Unknown,
+        };
         let rec = stored.record;
-        (rec.owner == req.owner && rec.count == 1 && rec.is_held_at(now)).then_some(Granted {
+        if rec.owner != req.owner || !rec.is_held_at(now) {
+            return Adoption::NotOurs;
+        }
+        if rec.count != 1 {
+            return Adoption::Unknown;
+        }
+        Adoption::Adopted(Granted {
             fencing: rec.fencing,
             count: rec.count,
             expires_at: rec.expires_at,
@@ -353,6 +391,16 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             granted_at: sent_at, // replaced by the caller's reading
         })
     }
+}
+
+/// What [`StorageLock::adopt_lost_grant`] found.
+enum Adoption {
+    /// The record is our owner's single level: our lost grant.
+    Adopted(Granted),
+    /// The key is free or someone else's: no earlier attempt of ours holds it.
+    NotOurs,
+    /// The record could not be read, or the request is reentrant: nothing is known.
+    Unknown,
 }
 
 /// Backoff between attempts on a busy storage without notifications: 1 ms · 2^attempt ≤ 100 ms.

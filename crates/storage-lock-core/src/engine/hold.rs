@@ -1,4 +1,5 @@
-//! The engine's side of a [`crate::LockHandle`]: renew and release through the storage.
+//! The engine's side of a [`crate::LockHandle`]: renew and release through the storage, and
+//! the loss watch ([`watch_loss`]) that turns a broken hold lost at once.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -6,11 +7,11 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use super::events::LockEventKind;
-use super::runtime::{Backend, HoldCore, Releasing};
+use super::runtime::{Backend, HoldCore, HoldRuntime, Releasing};
 use super::{HoldContext, telemetry};
 use crate::clock::BootInstant;
 use crate::contract::LockError;
-use crate::storage::{OwnerId, RenewOutcome, Storage, StorageError};
+use crate::storage::{LockRecord, OwnerId, RenewOutcome, Storage, StorageError};
 
 /// What the engine keeps per hold besides the runtime's [`HoldCore`] (which has the key and the
 /// token): the storage, the engine, the owner secret and when the hold began. 32 bytes: that
@@ -93,4 +94,64 @@ impl<S: Storage + ?Sized> Backend for EngineHold<S> {
         telemetry::lost();
         self.end(hold, LockEventKind::Lost);
     }
+
+    fn owner(&self) -> Option<OwnerId> {
+        Some(self.owner)
+    }
+}
+
+/// How long the loss watch waits before trying again after a storage error.
+const WATCH_RETRY: Duration = Duration::from_secs(2);
+
+/// Watches a held key until the hold ends: after every change of the key's record (and once
+/// right after arming, for a change between the grant and the watch), reads the record and
+/// turns the hold lost if it is not ours any more. Renewals stay the authority: this only makes
+/// a break, a sweep or a takeover known before the next renewal would find it.
+///
+/// Correctness of the order: the notification is armed *before* the read, so a change after
+/// the read wakes the next round; a change before it is in what the read sees.
+pub(crate) async fn watch_loss<S: Storage + ?Sized>(
+    hold: Arc<HoldRuntime>,
+    via: Arc<HoldContext<S>>,
+    owner: OwnerId,
+) {
+    let ended = hold.ended();
+    let watch = async {
+        let (key, fencing) = (hold.key(), hold.fencing());
+        loop {
+            let change = match via.storage.as_ref().wait_for_change(key).await {
+                Ok(change) if change.is_supported() => change,
+                Ok(_) => return, // no notifications: the renewals find out
+                Err(e) => {
+                    tracing::debug!(key, error = %e, "loss watch: cannot arm; retrying");
+                    tokio::time::sleep(WATCH_RETRY).await;
+                    continue;
+                }
+            };
+            match via.storage.as_ref().get(key).await {
+                Ok(stored) if !is_ours(stored.as_ref().map(|s| &s.record), owner, fencing) => {
+                    tracing::info!(key, fencing, "the hold was broken, swept or taken over");
+                    hold.taken_away();
+                    return;
+                }
+                Ok(_) => change.changed().await,
+                Err(e) => {
+                    tracing::debug!(key, error = %e, "loss watch: cannot read; retrying");
+                    tokio::time::sleep(WATCH_RETRY).await;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = ended => {}
+        () = watch => {}
+    }
+}
+
+/// Whether `record` still is our hold: held, with our token, by our owner. A lock server
+/// hides owners ([`OwnerId::NOBODY`]); there the token decides (a new holder gets a new one).
+fn is_ours(record: Option<&LockRecord>, owner: OwnerId, fencing: u64) -> bool {
+    record.is_some_and(|r| {
+        r.count > 0 && r.fencing == fencing && (r.owner == owner || r.owner == OwnerId::NOBODY)
+    })
 }

@@ -109,6 +109,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
     /// As [`HoldIo::on_lost`].
     fn on_lost(&self, _hold: &HoldCore) {}
+    /// The owner the storage knows the hold by (`None` for a provider's [`HoldIo`]).
+    fn owner(&self) -> Option<crate::storage::OwnerId> {
+        None
+    }
 }
 
 /// The future of [`Backend::release`]: the storage's own (already boxed) release future for
@@ -122,18 +126,20 @@ pub(crate) enum Releasing<'a> {
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 impl Future for Releasing<'_> {
-    type Output = Result<(), LockError>;
+    /// Whether the storage still had the hold as ours (`false`: it had been broken, swept or
+    /// taken over; a provider's [`HoldIo::release`] cannot tell and answers `true`).
+    type Output = Result<bool, LockError>;
 
     fn poll(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
         match self.get_mut() {
-            Self::Storage(f) => f
-                .as_mut()
-                .poll(cx)
-                .map(|r| r.map(|_| ()).map_err(Into::into)),
-            Self::Io(f) => f.as_mut().poll(cx),
+            Self::Storage(f) => f.as_mut().poll(cx).map(|r| {
+                r.map(|outcome| matches!(outcome, ReleaseOutcome::Released { .. }))
+                    .map_err(Into::into)
+            }),
+            Self::Io(f) => f.as_mut().poll(cx).map(|r| r.map(|()| true)),
         }
     }
 }
@@ -970,6 +976,10 @@ impl HoldRuntime {
         self.core.fencing
     }
 
+    pub(crate) fn owner(&self) -> Option<crate::storage::OwnerId> {
+        self.backend.owner()
+    }
+
     pub(crate) fn lease(&self) -> Duration {
         match self.core.lease_ns {
             LEASE_ELSEWHERE => self
@@ -999,6 +1009,22 @@ impl HoldRuntime {
     }
 
     pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+        self.end(false)
+    }
+
+    /// Completes when the hold ends, released or lost.
+    pub(crate) fn ended(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+        self.end(true)
+    }
+
+    /// The hold's record stopped being ours (broken, swept, taken over: seen by the engine's
+    /// loss watch): lost now, before its deadline. Nothing if it already ended.
+    pub(crate) fn taken_away(&self) {
+        self.mark_lost();
+    }
+
+    /// Completes when the hold is lost, or also when released with `released_too`.
+    fn end(self: &Arc<Self>, released_too: bool) -> impl Future<Output = ()> + Send + 'static {
         let shared = self.clone();
         async move {
             loop {
@@ -1011,6 +1037,7 @@ impl HoldRuntime {
                         None => continue, // ended just now: look again
                     },
                     LOST => return,
+                    _ if released_too => return,
                     _ => std::future::pending().await,
                 };
                 tokio::select! {
@@ -1054,11 +1081,19 @@ impl HoldRuntime {
     }
 
     pub(crate) async fn release(&self) -> Result<(), LockError> {
+        self.release_checked().await.map(|_| ())
+    }
+
+    /// Releases; whether the hold was still ours until then: not lost, and the storage still
+    /// had it under our owner (see [`Releasing`]). A second call answers from the state.
+    pub(crate) async fn release_checked(&self) -> Result<bool, LockError> {
         if self.flag_was_set(RELEASE_STARTED) {
-            return Ok(());
+            return Ok(self.state() != LOST);
         }
+        let lost = self.check_deadline();
         self.mark_released();
-        self.backend.release(&self.core).await
+        let ours = self.backend.release(&self.core).await?;
+        Ok(ours && !lost)
     }
 
     /// The handle was dropped: release in the background unless already released.
