@@ -249,7 +249,7 @@ fn fencing_acquisitions() -> u32 {
         .unwrap_or(2_000)
 }
 
-/// Thousands of acquisitions of one key (see [`fencing_acquisitions`]), through release, expiry
+/// Thousands of acquisitions of one key (`STORAGE_LOCK_FENCING_ACQUISITIONS`, default 2 000), through release, expiry
 /// takeover (every 250th) and sweeps (every 500th): every token is strictly greater than the
 /// one before.
 pub async fn matrix_fencing_strictly_increasing_across_release_expiry_and_sweep<S: Storage>(s: S) {
