@@ -99,6 +99,16 @@ pub struct ServeArgs {
     /// release anything).
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Serve HTTPS (and gRPC over TLS) with this certificate chain (PEM, leaf first); needs
+    /// --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Require client certificates that chain to a CA in this PEM file (mutual TLS).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<std::path::PathBuf>,
 }
 
 /// `token`'s arguments.

@@ -128,6 +128,7 @@ const NETWORK_SCHEMES: &[&str] = &[
     "redis",
     "rediss",
     "http",
+    "https",
 ];
 
 /// Rejects malformed network URLs as usage errors before a driver sees them (a driver reports

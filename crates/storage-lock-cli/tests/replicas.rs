@@ -8,8 +8,10 @@ mod support;
 use storage_lock_testkit::multiprocess;
 use support::Served;
 
-/// Not a test on its own: the body of each worker process (returns at once otherwise).
+/// Not a test on its own: the body of each worker process, which the test below starts with
+/// `--ignored --exact` (returns at once when run without a worker's environment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process's body, started by the contention test"]
 async fn worker_entry_point() {
     let Some(dir) = multiprocess::worker_dir() else {
         return;

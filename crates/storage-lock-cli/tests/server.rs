@@ -222,3 +222,77 @@ fn the_cli_works_against_a_server() {
         "they took turns"
     );
 }
+
+/// `serve --tls-cert --tls-key --tls-client-ca`: the CLI runs through it over `https://` with
+/// the CA and a client certificate in the URL, and is refused without the client certificate,
+/// without the CA, and over plain `http://` (certificates made at test time).
+#[test]
+fn serve_over_mutual_tls_and_the_cli_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    storage_lock_testkit::tls::make_certificates(d);
+    let p = |f: &str| d.join(f).display().to_string();
+    let server = Served::start(
+        &format!("sqlite://{}/locks.db", d.display()),
+        &[
+            "--tls-cert",
+            &p("server.pem"),
+            "--tls-key",
+            &p("server.key"),
+            "--tls-client-ca",
+            &p("ca.pem"),
+        ],
+    );
+    let base = server.url.clone();
+    assert!(base.starts_with("https://"), "{base}");
+    let url = format!(
+        "{base}?ca={}&cert={}&key={}",
+        p("ca.pem"),
+        p("client.pem"),
+        p("client.key")
+    );
+    let out = support::cli(
+        d,
+        &url,
+        &[
+            "run",
+            "tls/run",
+            "--",
+            "sh",
+            "-c",
+            "echo token=$STORAGE_LOCK_FENCING_TOKEN",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("token=1"));
+    let plain = base.replacen("https://", "http://", 1);
+    for refused in [
+        format!("{base}?ca={}", p("ca.pem")),
+        format!("{base}?cert={}&key={}", p("client.pem"), p("client.key")),
+        plain,
+    ] {
+        let out = support::cli(d, &refused, &["list"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(69), "{refused}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{refused}: {stderr}");
+    }
+    // A bad certificate file: one line, exit 78 (configuration), nothing served.
+    let out = Command::new(BIN)
+        .args(["--storage", "memory:", "serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--tls-cert",
+            &p("missing.pem"),
+            "--tls-key",
+            &p("server.key"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.pem"));
+}

@@ -35,9 +35,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! URL: `http://HOST:PORT[/PATH]` with an optional `?token=…`; without it the bearer token
-//! comes from `STORAGE_LOCK_TOKEN` if that is set. The token never appears in errors, logs or
-//! `Debug` output.
+//! URL: `http://HOST:PORT[/PATH]` or `https://…` with an optional `?token=…`; without it the
+//! bearer token comes from `STORAGE_LOCK_TOKEN` if that is set. The token never appears in
+//! errors, logs or `Debug` output. Over `https://` the server's certificate is checked against
+//! the system's CAs plus those of `ca=PATH` (a PEM file); `cert=PATH&key=PATH` present a client
+//! certificate to a server that requires one (`storage-lock serve --tls-client-ca`).
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -196,43 +198,132 @@ fn fencing(key: &str, s: &str) -> Result<u64, StorageError> {
         .map_err(|_| corrupt(key, "fencing token is not a u64"))
 }
 
-/// `http://HOST:PORT[/PATH][?token=…]` → the base URL without query or credentials, and the
-/// bearer token (from the URL, else [`TOKEN_ENV`]).
-pub(crate) fn parse_url(url: &str) -> Result<(String, Option<String>), StorageError> {
+/// The PEM contents of an [`Endpoint`]'s `ca=` and of its `cert=` + `key=` (one buffer).
+type TlsFiles = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Where and how to reach a server: what [`parse_url`] makes of a URL.
+pub(crate) struct Endpoint {
+    /// `http(s)://host:port[/path]` without a trailing slash, query or credentials.
+    pub(crate) base: String,
+    /// The bearer token (from the URL, else [`TOKEN_ENV`]).
+    pub(crate) token: Option<String>,
+    /// `ca=`: a PEM file of CA certificates to trust besides the system's.
+    pub(crate) ca: Option<std::path::PathBuf>,
+    /// `cert=` and `key=`: the client certificate (PEM) for a server that requires one.
+    pub(crate) identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl Endpoint {
+    /// Reads the `ca=` and `cert=`/`key=` files: (CA PEM, client chain and key PEM).
+    fn read_tls(&self) -> Result<TlsFiles, StorageError> {
+        let read = |what: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                StorageError::config(
+                    NAME,
+                    format!("cannot read the {what} {}: {e}", path.display()),
+                )
+            })
+        };
+        let ca = self.ca.as_deref().map(|p| read("CA file", p)).transpose()?;
+        let identity = match &self.identity {
+            Some((cert, key)) => {
+                let mut pem = read("client certificate", cert)?;
+                pem.push(b'\n');
+                pem.extend(read("client key", key)?);
+                Some(pem)
+            }
+            None => None,
+        };
+        Ok((ca, identity))
+    }
+
+    /// The HTTP client for this endpoint (the CA and client certificate applied).
+    fn http_client(&self) -> Result<reqwest::Client, StorageError> {
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true);
+        let (ca, identity) = self.read_tls()?;
+        if let Some(ca) = ca {
+            for cert in reqwest::Certificate::from_pem_bundle(&ca)
+                .map_err(|e| StorageError::config(NAME, format!("the CA file: {e}")))?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        if let Some(pem) = identity {
+            let identity = reqwest::Identity::from_pem(&pem)
+                .map_err(|e| StorageError::config(NAME, format!("the client certificate: {e}")))?;
+            builder = builder.identity(identity);
+        }
+        builder
+            .build()
+            .map_err(|e| StorageError::backend(NAME, "connect", e))
+    }
+
+    #[cfg(feature = "grpc")]
+    pub(crate) fn is_tls(&self) -> bool {
+        self.base.starts_with("https://")
+    }
+}
+
+/// `http(s)://HOST:PORT[/PATH][?token=…&ca=…&cert=…&key=…]` → an [`Endpoint`].
+pub(crate) fn parse_url(url: &str) -> Result<Endpoint, StorageError> {
     let bad = |reason: &str| StorageError::config(NAME, format!("invalid server URL: {reason}"));
     let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
-    if parsed.scheme() != "http" {
-        return Err(bad(
-            "only http:// is supported (put TLS in front with a proxy)",
-        ));
+    let scheme = parsed.scheme();
+    if scheme != "http" && scheme != "https" {
+        return Err(bad("the scheme is http:// or https://"));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(bad(
             "send the token as ?token=… or $STORAGE_LOCK_TOKEN, not in the authority",
         ));
     }
-    let mut token = None;
+    let (mut token, mut ca, mut cert, mut key) = (None, None, None, None);
     for (k, v) in parsed.query_pairs() {
+        let v = v.into_owned();
         match &*k {
-            "token" => token = Some(v.into_owned()),
-            other => return Err(bad(&format!("unknown option {other:?} (known: token)"))),
+            "token" => token = Some(v),
+            "ca" => ca = Some(std::path::PathBuf::from(v)),
+            "cert" => cert = Some(std::path::PathBuf::from(v)),
+            "key" => key = Some(std::path::PathBuf::from(v)),
+            other => {
+                return Err(bad(&format!(
+                    "unknown option {other:?} (known: token, ca, cert, key)"
+                )));
+            }
         }
     }
+    if scheme == "http" && (ca.is_some() || cert.is_some()) {
+        return Err(bad("ca=, cert= and key= need https://"));
+    }
+    let identity = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => return Err(bad("cert= and key= go together")),
+    };
     let token = token
         .or_else(|| std::env::var(TOKEN_ENV).ok())
         .filter(|t| !t.is_empty());
     let host = parsed.host_str().ok_or_else(|| bad("no host"))?;
-    let port = parsed.port_or_known_default().unwrap_or(80);
+    let port = parsed
+        .port_or_known_default()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
     let host = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]")
     } else {
         host.to_owned()
     };
     let base = format!(
-        "http://{host}:{port}{}",
+        "{scheme}://{host}:{port}{}",
         parsed.path().trim_end_matches('/')
     );
-    Ok((base, token))
+    Ok(Endpoint {
+        base,
+        token,
+        ca,
+        identity,
+    })
 }
 
 /// Every byte but the unreserved ones percent-encoded: a lock name is one path segment.
@@ -257,16 +348,12 @@ impl RemoteStorage {
     /// [`StorageError::Config`] for a malformed URL, an unknown option or a refused token;
     /// [`StorageError::Backend`] if the server cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, StorageError> {
-        let (base, token) = parse_url(url)?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| StorageError::backend(NAME, "connect", e))?;
+        let endpoint = parse_url(url)?;
+        let http = endpoint.http_client()?;
         let mut storage = Self {
             http,
-            base,
-            token,
+            base: endpoint.base,
+            token: endpoint.token,
             capabilities: Capabilities::linearizable(),
         };
         let info: StorageInfo = storage

@@ -215,7 +215,8 @@ impl Shared {
 }
 
 impl SessionLock {
-    /// Opens a session with the server at `url` (`http://HOST:PORT[?token=…]`, the token also
+    /// Opens a session with the server at `url` (`http(s)://HOST:PORT[?token=…]`, with the TLS
+    /// options of [`crate::RemoteStorage::connect`]; the token also
     /// from `STORAGE_LOCK_TOKEN`), whose locks last `ttl` past the last sign of life.
     ///
     /// # Errors
@@ -228,9 +229,25 @@ impl SessionLock {
                 reason: "a session TTL is at least 100 ms".into(),
             });
         }
-        let (base, token) = crate::parse_url(url)?;
-        let channel = Channel::from_shared(base)
-            .map_err(|e| StorageError::config(NAME, e.to_string()))?
+        let endpoint = crate::parse_url(url)?;
+        let mut channel = Channel::from_shared(endpoint.base.clone())
+            .map_err(|e| StorageError::config(NAME, e.to_string()))?;
+        if endpoint.is_tls() {
+            let (ca, identity) = endpoint.read_tls()?;
+            let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+            if let Some(ca) = ca {
+                tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            }
+            if let Some(pem) = identity {
+                // One PEM with the chain and the key: tonic takes them apart.
+                tls = tls.identity(tonic::transport::Identity::from_pem(&pem, &pem));
+            }
+            channel = channel
+                .tls_config(tls)
+                .map_err(|e| StorageError::config(NAME, format!("TLS: {e}")))?;
+        }
+        let token = endpoint.token;
+        let channel = channel
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .connect()

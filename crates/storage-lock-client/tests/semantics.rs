@@ -13,12 +13,8 @@ async fn serve(storage: Arc<dyn Storage>) -> RemoteStorage {
     let locks = StorageLock::builder_arc(storage)
         .build()
         .expect("storage passes the gate");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(Server::new(locks).serve(listener, std::future::pending()));
-    RemoteStorage::connect(&format!("http://{addr}"))
+    let base = Server::new(locks).spawn_on_loopback().await.expect("bind");
+    RemoteStorage::connect(&base)
         .await
         .expect("connect to the server")
 }

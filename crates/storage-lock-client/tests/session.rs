@@ -14,10 +14,7 @@ use storage_lock_server::Server;
 
 async fn serve(storage: Arc<dyn Storage>) -> String {
     let locks = StorageLock::builder_arc(storage).build().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(Server::new(locks).serve(listener, std::future::pending()));
-    format!("http://{addr}")
+    Server::new(locks).spawn_on_loopback().await.unwrap()
 }
 
 async fn state(base: &str, name: &str) -> String {

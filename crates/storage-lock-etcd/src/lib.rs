@@ -206,10 +206,10 @@ impl EtcdStorageBuilder {
     /// cannot be reached within the timeout.
     ///
     /// # Examples
-    /// (Runs in the test command, which sets `STORAGE_LOCK_ETCD_URL`.)
-    /// ```
+    /// With `STORAGE_LOCK_ETCD_URL` set (`tests/etcd.rs` runs the same lines against a real
+    /// cluster):
+    /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
-    /// # if std::env::var("STORAGE_LOCK_ETCD_URL").is_err() { return Ok(()) }
     /// use storage_lock_core::Storage;
     /// let storage = storage_lock_etcd::EtcdStorageBuilder::from_env()?
     ///     .prefix("doc-locks/")

@@ -50,3 +50,16 @@ async fn server_restart_keeps_fencing() {
     })
     .await;
 }
+
+/// The example of `EtcdStorageBuilder::open` (a `no_run` doctest) against the real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_open_works() {
+    use storage_lock_core::Storage;
+    let storage = storage_lock_etcd::EtcdStorageBuilder::from_env()
+        .expect("STORAGE_LOCK_ETCD_URL is valid")
+        .prefix("doc-locks/")
+        .open()
+        .await
+        .expect("connect");
+    assert!(storage.capabilities().linearizable_cas);
+}

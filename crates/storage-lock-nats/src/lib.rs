@@ -261,10 +261,10 @@ impl NatsStorageBuilder {
     /// [`StorageError::Backend`] if the servers cannot be reached or JetStream refuses.
     ///
     /// # Examples
-    /// (Runs in the test command, which sets `STORAGE_LOCK_NATS_URL`.)
-    /// ```
+    /// With `STORAGE_LOCK_NATS_URL` set (`tests/nats.rs` runs the same lines against a real
+    /// server):
+    /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
-    /// # if std::env::var("STORAGE_LOCK_NATS_URL").is_err() { return Ok(()) }
     /// use storage_lock_core::Storage;
     /// let storage = storage_lock_nats::NatsStorageBuilder::from_env()?
     ///     .prefix("doc-locks/")

@@ -106,3 +106,16 @@ async fn memory_or_expiring_buckets_are_refused_unless_volatile_is_accepted() {
     assert!(err.to_string().contains("expires"), "{err}");
     js.delete_key_value(&expiring).await.expect("clean up");
 }
+
+/// The example of `NatsStorageBuilder::open` (a `no_run` doctest) against the real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_open_works() {
+    use storage_lock_core::Storage;
+    let storage = storage_lock_nats::NatsStorageBuilder::from_env()
+        .expect("STORAGE_LOCK_NATS_URL is valid")
+        .prefix("doc-locks/")
+        .open()
+        .await
+        .expect("connect");
+    assert!(storage.capabilities().linearizable_cas);
+}

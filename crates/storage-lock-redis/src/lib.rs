@@ -164,13 +164,14 @@ impl RedisStorageBuilder {
     /// [`StorageError::Backend`] if it cannot be reached.
     ///
     /// # Examples
-    /// URL form: `redis://[:password@]host:port[/db]`. (Runs in the test command, which sets `STORAGE_LOCK_REDIS_URL`.)
-    /// ```
+    /// URL form: `redis://[:password@]host:port[/db]` (`tests/redis.rs` runs the same lines
+    /// against a real server):
+    /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
-    /// # let Ok(url) = std::env::var("STORAGE_LOCK_REDIS_URL") else { return Ok(()) };
+    /// let url = "redis://127.0.0.1:6390/";
     /// use storage_lock_core::Storage;
     /// let storage = storage_lock_redis::RedisStorage::builder()
-    ///     .url(url) // redis://127.0.0.1:6390/ (a server with appendonly yes, appendfsync always)
+    ///     .url(url) // a server with appendonly yes, appendfsync always
     ///     .prefix("doc-locks:")
     ///     .open()
     ///     .await?;

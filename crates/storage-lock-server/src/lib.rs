@@ -55,6 +55,10 @@
 //! clients': they stay held until released or their lease ends, whatever happens to the server.
 //! gRPC sessions end: their locks are reported `Lost` to the client and left to their leases.
 //!
+//! **TLS.** [`Server::serve_tls`] serves HTTPS and gRPC over TLS on the port, optionally
+//! requiring client certificates (see [`tls`]); `storage-lock serve --tls-cert --tls-key
+//! [--tls-client-ca]` runs it.
+//!
 //! **Auth.** See [`auth`]: bearer tokens stored as SHA-256 hashes, per-prefix `read` / `lock` /
 //! `admin` grants. Admin actions are logged on the `storage_lock::audit` target with who, what
 //! and which fencing token.
@@ -65,6 +69,7 @@ mod error;
 mod grpc;
 mod observe;
 mod recorder;
+pub mod tls;
 mod ui;
 mod wire;
 
@@ -83,6 +88,7 @@ use utoipa_axum::routes;
 pub use api::{MAX_LEASE_MS, MAX_WAIT_MS};
 pub use auth::{Auth, AuthFileError, Permission, hash_token};
 pub use error::{ApiError, ErrorBody};
+pub use tls::{TlsConfig, TlsError};
 
 /// The largest request body: 64 KiB (larger ones get `413 body_too_large`).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -261,6 +267,45 @@ impl Server {
                 tracing::debug!(error = %e, "TCP_NODELAY not set");
             }
         });
+        self.serve_on(listener, shutdown).await
+    }
+
+    /// Like [`Self::serve`], over TLS: HTTPS and gRPC over TLS (ALPN `h2`, `http/1.1`), with
+    /// client certificates required if `tls` says so (see [`tls`]).
+    ///
+    /// # Errors
+    /// The listener's address could not be read, or accepting connections failed.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use storage_lock_core::{MemoryStorage, StorageLock};
+    /// use storage_lock_server::{Server, TlsConfig};
+    /// let tls = TlsConfig::from_pem_files("cert.pem".as_ref(), "key.pem".as_ref(), None)?;
+    /// let listener = tokio::net::TcpListener::bind("0.0.0.0:7420").await?;
+    /// let locks = StorageLock::new(MemoryStorage::new())?;
+    /// Server::new(locks).serve_tls(listener, &tls, std::future::pending()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn serve_tls(
+        self,
+        listener: tokio::net::TcpListener,
+        tls: &TlsConfig,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let listener = tls::TlsListener::new(listener, tls)?;
+        self.serve_on(listener, shutdown).await
+    }
+
+    async fn serve_on<L>(
+        self,
+        listener: L,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()>
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
         let sessions = self.shutdown.clone();
         axum::serve(listener, self.router())
             .with_graceful_shutdown(async move {
@@ -268,6 +313,34 @@ impl Server {
                 sessions.cancel(); // gRPC sessions end (see the grpc module), so shutdown can finish
             })
             .await
+    }
+
+    /// Serves on a spare loopback port (`127.0.0.1:0`) in a background task of the current
+    /// tokio runtime, until that runtime shuts down; returns the base URL
+    /// (`http://127.0.0.1:PORT`). For tests and examples: one line instead of bind, address,
+    /// spawn.
+    ///
+    /// # Errors
+    /// The port could not be bound.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> std::io::Result<()> {
+    /// use storage_lock_core::{MemoryStorage, StorageLock};
+    /// let locks = StorageLock::new(MemoryStorage::new()).unwrap();
+    /// let base = storage_lock_server::Server::new(locks).spawn_on_loopback().await?;
+    /// assert!(base.starts_with("http://127.0.0.1:"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn spawn_on_loopback(self) -> std::io::Result<String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(async move {
+            if let Err(e) = self.serve(listener, std::future::pending()).await {
+                tracing::warn!(error = %e, "the loopback server stopped");
+            }
+        });
+        Ok(base)
     }
 }
 

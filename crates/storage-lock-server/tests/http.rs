@@ -24,9 +24,7 @@ impl Api {
         if let Some(auth) = auth {
             server = server.auth(auth);
         }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(server.serve(listener, std::future::pending()));
+        let base = server.spawn_on_loopback().await.unwrap();
         Self {
             base,
             http: reqwest::Client::new(),

@@ -9,13 +9,11 @@ use storage_lock_server::Server;
 async fn metrics_cover_the_engine_and_the_routes() {
     let handle = PrometheusBuilder::new().install_recorder().unwrap();
     let locks = StorageLock::new(MemoryStorage::new()).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(
-        Server::new(locks)
-            .metrics(handle)
-            .serve(listener, std::future::pending()),
-    );
+    let base = Server::new(locks)
+        .metrics(handle)
+        .spawn_on_loopback()
+        .await
+        .unwrap();
     let http = reqwest::Client::new();
     for _ in 0..2 {
         http.post(format!("{base}/v1/locks/m/acquire"))

@@ -14,10 +14,7 @@ async fn serve(auth: Option<Auth>) -> String {
     if let Some(a) = auth {
         server = server.auth(a);
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(server.serve(listener, std::future::pending()));
-    base
+    server.spawn_on_loopback().await.unwrap()
 }
 
 fn client() -> reqwest::Client {

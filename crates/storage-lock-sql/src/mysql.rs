@@ -116,13 +116,14 @@ impl MysqlStorageBuilder {
     /// (unless allowed); [`StorageError::Backend`] if the server cannot be reached.
     ///
     /// # Examples
-    /// URL form: `mysql://user[:password]@host:port/db`. (Runs in the test command, which sets `STORAGE_LOCK_MYSQL_URL`.)
-    /// ```
+    /// URL form: `mysql://user[:password]@host:port/db` (`tests/mysql.rs` runs the same lines
+    /// against a real server):
+    /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
-    /// # let Ok(url) = std::env::var("STORAGE_LOCK_MYSQL_URL") else { return Ok(()) };
+    /// let url = "mysql://root@127.0.0.1:3306/test";
     /// use storage_lock_core::Storage;
     /// let storage = storage_lock_sql::MysqlStorage::builder()
-    ///     .url(url) // mysql://root@127.0.0.1:3306/test
+    ///     .url(url)
     ///     .table("doc_locks")
     ///     .open()
     ///     .await?;

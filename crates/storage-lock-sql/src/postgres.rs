@@ -139,13 +139,14 @@ impl PostgresStorageBuilder {
     /// server cannot be reached or the schema cannot be created.
     ///
     /// # Examples
-    /// URL form: `postgres://user[:password]@host:port/db`. (Runs in the test command, which sets `STORAGE_LOCK_POSTGRES_URL`.)
-    /// ```
+    /// URL form: `postgres://user[:password]@host:port/db` (`tests/postgres.rs` runs the same
+    /// lines against a real server):
+    /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
-    /// # let Ok(url) = std::env::var("STORAGE_LOCK_POSTGRES_URL") else { return Ok(()) };
+    /// let url = "postgres://postgres@127.0.0.1:5432/test";
     /// use storage_lock_core::Storage;
     /// let storage = storage_lock_sql::PostgresStorage::builder()
-    ///     .url(url) // postgres://user@127.0.0.1:5432/db
+    ///     .url(url)
     ///     .table("doc_locks")
     ///     .open()
     ///     .await?;

@@ -10,6 +10,7 @@
 //! * [`proxy`] — a loopback TCP proxy that cuts connections, for connection-loss tests.
 //! * [`restart`] — a server process of the test's own, killed and restarted, and the check that
 //!   holds and fencing tokens come through it.
+//! * [`tls`] — a CA, server and client certificates made at test time.
 //!
 //! Every case is a `pub async fn` taking a fresh storage. A backend stamps all of them as named
 //! `#[tokio::test]`s with one macro call, once through its own lock operations and once through
@@ -27,6 +28,7 @@ pub mod overlap;
 pub mod proxy;
 pub mod restart;
 pub mod semantics;
+pub mod tls;
 
 pub use overlap::OverlapDetector;
 

@@ -122,7 +122,13 @@ pub fn run_processes_on(
         .map(|i| {
             let url = urls[i % urls.len()];
             std::process::Command::new(&exe)
-                .args([worker_test, "--exact", "--nocapture", "--test-threads=1"])
+                .args([
+                    worker_test,
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(WORKER_DIR_ENV, &dir)
                 .env("STORAGE_LOCK_MP_ROUNDS", rounds.to_string())
                 .env(WORKER_URL_ENV, url)

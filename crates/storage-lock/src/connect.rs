@@ -66,6 +66,8 @@ const SCHEMES: &[(&str, Opener)] = &[
     ("s3", open_s3),
     #[cfg(feature = "http")]
     ("http", open_http),
+    #[cfg(feature = "http")]
+    ("https", open_http),
 ];
 
 /// The URL schemes this build can open.

@@ -17,6 +17,7 @@
 //! | `etcd://host:2379[,host:2379…][?prefix=PREFIX&timeout=2s]` | `EtcdStorage` | `etcd` |
 //! | `nats://host:4222[,…][?bucket=B&prefix=P&replicas=3&timeout=2s]` | `NatsStorage` | `nats` |
 //! | `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=2s]` | `ObjectStoreStorage` | `object-store` |
+//! | `http(s)://HOST:PORT[?token=T&ca=PEM&cert=PEM&key=PEM]` | `RemoteStorage` (a `storage-lock serve`) | `http` |
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -8,8 +8,10 @@ use storage_lock_testkit::multiprocess;
 const PROCESSES: usize = 4;
 const ROUNDS: u32 = 50;
 
-/// Not a test on its own: the body of each worker process (returns at once otherwise).
+/// Not a test on its own: the body of each worker process, which the test below starts with
+/// `--ignored --exact` (returns at once when run without a worker's environment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process's body, started by the contention test"]
 async fn worker_entry_point() {
     let Some(dir) = multiprocess::worker_dir() else {
         return;

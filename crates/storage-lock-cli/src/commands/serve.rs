@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 use storage_lock::HolderInfo;
-use storage_lock_server::{Auth, Server, hash_token};
+use storage_lock_server::{Auth, Server, TlsConfig, hash_token};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{ServeArgs, TokenArgs};
@@ -32,6 +32,19 @@ pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8
         }
         None => None,
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            TlsConfig::from_pem_files(cert, key, args.tls_client_ca.as_deref())
+                .map_err(|e| Failure::new(exit::CONFIG, e.to_string()))?,
+        ),
+        _ => None,
+    };
+    if !quiet && tls.is_none() && auth.is_some() && !addr.ip().is_loopback() {
+        eprintln!(
+            "storage-lock: warning: bearer tokens cross the network in clear on {addr}; pass \
+             --tls-cert and --tls-key (or put a TLS proxy in front)"
+        );
+    }
     // A server logs its admin actions (who force-released what) even without -v.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -58,8 +71,9 @@ pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot watch SIGTERM: {e}")))?;
     if !quiet {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         eprintln!(
-            "storage-lock: serving {} on http://{bound} (OpenAPI: http://{bound}/openapi.json)",
+            "storage-lock: serving {} on {scheme}://{bound} (OpenAPI: {scheme}://{bound}/openapi.json)",
             opened.shown
         );
     }
@@ -69,10 +83,11 @@ pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    server
-        .serve(listener, shutdown)
-        .await
-        .map_err(|e| Failure::new(exit::STORAGE, format!("serving failed: {e}")))?;
+    match &tls {
+        Some(tls) => server.serve_tls(listener, tls, shutdown).await,
+        None => server.serve(listener, shutdown).await,
+    }
+    .map_err(|e| Failure::new(exit::STORAGE, format!("serving failed: {e}")))?;
     if !quiet {
         eprintln!("storage-lock: server stopped");
     }

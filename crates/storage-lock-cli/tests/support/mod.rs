@@ -199,7 +199,7 @@ pub fn writer_script(ignore_term: bool) -> String {
 /// A `storage-lock serve` process on a spare loopback port; killed on drop.
 pub struct Served {
     child: Child,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` when started with `--tls-cert`).
     pub url: String,
 }
 
@@ -217,13 +217,15 @@ impl Served {
             .expect("start storage-lock serve");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
-        // "storage-lock: serving … on http://127.0.0.1:PORT (OpenAPI: …)"
+        // "storage-lock: serving … on http(s)://127.0.0.1:PORT (OpenAPI: …)"
         let url = lines
             .by_ref()
             .map_while(Result::ok)
             .find_map(|l| {
-                let rest = l.split(" on http://").nth(1)?;
-                Some(format!("http://{}", rest.split_whitespace().next()?))
+                ["http", "https"].into_iter().find_map(|scheme| {
+                    let rest = l.split(&format!(" on {scheme}://")).nth(1)?;
+                    Some(format!("{scheme}://{}", rest.split_whitespace().next()?))
+                })
             })
             .expect("the server says where it listens");
         std::thread::spawn(move || lines.for_each(drop)); // keep its stderr drained
