@@ -25,7 +25,11 @@ Exit codes:
   2        usage error (bad arguments, unknown scheme, malformed URL, invalid name or token)
   69       storage unavailable (cannot be opened or reached, or an operation failed)
   75       not acquired: busy until the wait ran out (change with -E/--conflict-exit-code)
-  76       lock lost while the command ran; token no longer holds its lock (renew/release)
+  76       lock lost (or found broken at release) while the command ran; token no longer
+           holds its lock (renew/release)
+  77       not allowed: a lock server refused the token or its grants (401/403)
+  78       the storage's configuration cannot keep the guarantees (e.g. Redis without
+           appendfsync always), a bad certificate file for serve --tls-*
   70       internal error (a bug: please report it)
   126/127  `run`: the command could not be executed / was not found
 

@@ -11,6 +11,8 @@
 //! | 69 | storage unavailable: cannot be opened, reached, or refused an operation |
 //! | 75 | not acquired: the lock was busy until the wait ran out (`run`, `acquire`; `--conflict-exit-code` changes it) |
 //! | 76 | lock lost or not held: `run` lost the lock (or could not renew it in time) while the command ran; `renew`/`release` of a token that no longer holds it (released, or its lease ran out) |
+//! | 77 | not allowed: a lock server refused the token (401) or its grants do not cover the operation (403) (`EX_NOPERM`) |
+//! | 78 | the storage's configuration is invalid or cannot keep the guarantees (`EX_CONFIG`) |
 //! | 70 | internal error (a bug: please report it) |
 //! | 126 | `run`: the command was found but could not be started |
 //! | 127 | `run`: the command was not found |
@@ -26,6 +28,9 @@ pub const STORAGE: u8 = 69;
 /// The storage's configuration is invalid or cannot keep the lock's guarantees (a server that
 /// can forget writes, a process-local storage in `check`) (`EX_CONFIG`).
 pub const CONFIG: u8 = 78;
+/// Not allowed: the storage (a lock server) refused the credentials or the operation
+/// (`EX_NOPERM`).
+pub const DENIED: u8 = 77;
 /// The lock was busy until the wait budget ran out (`EX_TEMPFAIL`); the default of
 /// `--conflict-exit-code`.
 pub const CONFLICT: u8 = 75;
@@ -70,6 +75,7 @@ impl Failure {
     pub fn storage(what: &str, error: &StorageError) -> Self {
         let code = match error {
             StorageError::Config { .. } => CONFIG,
+            StorageError::Denied { .. } => DENIED,
             _ => STORAGE,
         };
         Self::new(code, format!("{what}: {error}"))
@@ -82,6 +88,7 @@ impl Failure {
             | LockError::InvalidOptions { .. }
             | LockError::LeaseOutOfRange { .. } => USAGE,
             LockError::NotHeld { .. } => LOST,
+            LockError::Storage(StorageError::Denied { .. }) => DENIED,
             _ => STORAGE,
         };
         Self::new(code, format!("{what}: {error}"))
@@ -94,9 +101,9 @@ impl Failure {
                 Self::usage(error.to_string())
             }
             ConnectError::Lock(e) => Self::lock("cannot use the storage", e),
-            ConnectError::Storage(e @ StorageError::Config { .. }) => {
-                Self::storage("cannot use the storage", e)
-            }
+            ConnectError::Storage(
+                e @ (StorageError::Config { .. } | StorageError::Denied { .. }),
+            ) => Self::storage("cannot use the storage", e),
             _ => Self::new(STORAGE, format!("cannot open the storage: {error}")),
         }
     }

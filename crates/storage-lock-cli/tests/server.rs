@@ -130,6 +130,32 @@ fn a_token_from_token_is_accepted_by_serve_auth() {
     assert_eq!(status(&secret, "ci%2Fbuild"), "200");
     assert_eq!(status(&secret, "prod%2Fdeploy"), "403");
     assert_eq!(status("wrong", "ci%2Fbuild"), "401");
+    // The CLI through it: a refused token or a missing grant is exit 77 (not allowed), never
+    // 69 (storage unavailable, which a wrapper would retry) or 78.
+    let cli = |token: &str, name: &str| {
+        Command::new(BIN)
+            .args(["--storage", &format!("{}?token={token}", server.url)])
+            .args(["acquire", name, "--no-wait"])
+            .env_remove("STORAGE_LOCK_URL")
+            .env("HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let ok = cli(&secret, "ci/cli");
+    assert!(ok.status.success(), "{ok:?}");
+    for (token, name, why) in [
+        (secret.as_str(), "prod/cli", "403"),
+        ("wrong", "ci/cli2", "401"),
+    ] {
+        let out = cli(token, name);
+        assert_eq!(out.status.code(), Some(77), "{why}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("not allowed"), "{why}: {stderr}");
+        assert!(
+            !stderr.contains(&secret),
+            "{why}: the secret leaked: {stderr}"
+        );
+    }
 }
 
 #[test]
@@ -295,4 +321,67 @@ fn serve_over_mutual_tls_and_the_cli_through_it() {
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.pem"));
+}
+
+/// `break`, `sweep` and `inspect` (with the fencing floor) work through a server with an admin
+/// token (they exited 69, "remote does not support update"); a token with only `lock` gets
+/// 77 (not allowed) and changes nothing.
+#[test]
+fn admin_commands_work_through_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut auth_file = String::new();
+    let mut secret = |name: &str, allow: &str| {
+        let out = Command::new(BIN)
+            .args(["token", name, "--prefix", "adm/", "--allow", allow])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        auth_file.push_str(&text);
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .trim_start_matches("# ")
+            .to_owned()
+    };
+    let (locker, admin) = (secret("locker", "lock"), secret("admin", "admin"));
+    let auth = dir.path().join("auth.toml");
+    std::fs::write(&auth, &auth_file).unwrap();
+    let server = Served::start(
+        &format!("sqlite://{}/locks.db", dir.path().display()),
+        &["--auth", auth.to_str().unwrap()],
+    );
+    let as_ = |token: &str| format!("{}?token={token}", server.url);
+    let run = |token: &str, args: &[&str]| {
+        support::cli(dir.path(), &as_(token), args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&locker, &["acquire", "adm/stuck", "--lease", "10m"]);
+    assert!(out.status.success(), "{out:?}");
+    for args in [
+        &["break", "adm/stuck", "--yes"][..],
+        &["sweep", "--older-than", "0s", "adm/"][..],
+    ] {
+        let out = run(&locker, args);
+        assert_eq!(out.status.code(), Some(77), "{args:?}: {out:?}");
+    }
+    assert!(support::is_held(dir.path(), &as_(&admin), "adm/stuck"));
+    let out = run(&admin, &["break", "adm/stuck", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!support::is_held(dir.path(), &as_(&admin), "adm/stuck"));
+    let out = run(&admin, &["sweep", "--older-than", "0s", "adm/"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("deleted 1 record(s); fencing floor 1"),
+        "{said}"
+    );
+    let info = support::inspect(dir.path(), &as_(&admin), "adm/stuck");
+    assert_eq!(info["fencing_floor"], 1, "{info}");
+    // Fencing still moves forward after the break and the sweep.
+    let out = run(&locker, &["acquire", "adm/stuck", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let info = support::inspect(dir.path(), &as_(&admin), "adm/stuck");
+    assert_eq!(info["fencing_token"], 2, "{info}");
 }

@@ -19,8 +19,9 @@
 //! hold back.
 //!
 //! Not available remotely: the storage primitives (`create` / `update` / `delete`: the server
-//! does not expose raw compare-and-set), hence `sweep` and `force_release` through the storage
-//! (use the server's admin route), and reentrant holds.
+//! does not expose raw compare-and-set) and reentrant holds. The admin operations
+//! (`StorageExt::force_release`, `sweep`, `fencing_floor`) run on the server
+//! ([`storage_lock_core::DelegatedAdmin`]) and need a token with the `admin` grant.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,9 +50,9 @@ use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockError,
-    LockRecord, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, Storage, StorageError,
-    StorageLock, Stored, Timestamp, Version,
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, DelegatedAdmin, Durability,
+    HolderInfo, LockError, LockRecord, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome,
+    Storage, StorageError, StorageLock, Stored, SweepReport, Timestamp, Version,
 };
 
 /// The environment variable the bearer token is read from when the URL has no `token=`.
@@ -420,6 +421,12 @@ impl RemoteStorage {
     fn fail(&self, f: Failure, op: &'static str) -> StorageError {
         match f {
             Failure::Transport(e) => e,
+            Failure::Status(status @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN), body) => {
+                StorageError::Denied {
+                    backend: NAME.into(),
+                    reason: format!("server refused {op} ({status}): {}", body.message),
+                }
+            }
             Failure::Status(status, body) if status.is_client_error() => StorageError::config(
                 NAME,
                 format!("server refused {op} ({}): {}", body.error, body.message),
@@ -684,5 +691,91 @@ impl Storage for RemoteStorage {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }))
+    }
+
+    fn delegated_admin(&self) -> Option<&dyn DelegatedAdmin> {
+        Some(self)
+    }
+}
+
+/// How long a sweep through the server may take (it deletes page by page).
+const SWEEP_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Deserialize)]
+struct ForceReleased {
+    released: bool,
+    fencing_token: Option<String>,
+    holder: Option<Holder>,
+}
+
+#[derive(Deserialize)]
+struct Swept {
+    deleted: usize,
+    fencing_floor: String,
+}
+
+/// The admin operations run by the server (`POST /v1/locks/{name}/force-release`,
+/// `POST /v1/sweep`, `GET /v1/storage`); they need a token with the `admin` grant.
+#[async_trait]
+impl DelegatedAdmin for RemoteStorage {
+    async fn force_release(
+        &self,
+        key: &str,
+        expected: Option<u64>,
+    ) -> Result<Option<LockRecord>, StorageError> {
+        let mut body = serde_json::json!({});
+        if let Some(f) = expected {
+            body["expected_fencing_token"] = f.to_string().into();
+        }
+        let ended: ForceReleased = self
+            .call(
+                Method::POST,
+                &Self::lock_path(key, "/force-release"),
+                Some(body),
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map_err(|f| self.fail(f, "force_release"))?;
+        if !ended.released {
+            return Ok(None);
+        }
+        let now = now_ts();
+        let fencing = match &ended.fencing_token {
+            Some(t) => fencing(key, t)?,
+            None => return Err(corrupt(key, "a force-release without a fencing token")),
+        };
+        Ok(Some(LockRecord {
+            owner: OwnerId::NOBODY, // the server never shows owners
+            count: 1,
+            fencing,
+            acquired_at: now,
+            expires_at: now,
+            holder: ended
+                .holder
+                .map(|h| std::sync::Arc::new(HolderInfo::from(h))),
+        }))
+    }
+
+    async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
+        let body = serde_json::json!({
+            "prefix": prefix,
+            "older_than_ms": u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX),
+        });
+        let swept: Swept = self
+            .call(Method::POST, "/v1/sweep", Some(body), SWEEP_TIMEOUT)
+            .await
+            .map_err(|f| self.fail(f, "sweep"))?;
+        Ok(SweepReport {
+            deleted: swept.deleted,
+            floor: fencing("fencing floor", &swept.fencing_floor)?,
+        })
+    }
+
+    async fn fencing_floor(&self) -> Result<u64, StorageError> {
+        let info: StorageInfo = self
+            .call(Method::GET, "/v1/storage", None, REQUEST_TIMEOUT)
+            .await
+            .map_err(|f| self.fail(f, "fencing_floor"))?;
+        fencing("fencing floor", &info.fencing_floor)
     }
 }

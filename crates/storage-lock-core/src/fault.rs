@@ -235,6 +235,9 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         self.enter(Op::WaitForChange).await?;
         self.inner.wait_for_change(key).await
     }
+    fn delegated_admin(&self) -> Option<&dyn crate::storage::DelegatedAdmin> {
+        self.inner.delegated_admin()
+    }
 }
 
 /// A view of a storage that exposes only its primitives, so the **default** lock operations

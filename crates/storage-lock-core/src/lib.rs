@@ -57,8 +57,9 @@ pub use engine::{
 pub use fenced::{FencedResource, StaleToken};
 pub use memory::MemoryStorage;
 pub use storage::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
-    OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError,
-    StorageExt, Stored, SweepReport, TimeSource, Timestamp, Version, Waiters, redact_url,
+    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, DelegatedAdmin, Durability,
+    HolderInfo, LockRecord, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest,
+    Storage, StorageError, StorageExt, Stored, SweepReport, TimeSource, Timestamp, Version,
+    Waiters, redact_url,
 };
 pub use storage::{NotificationSource, Notifications, SourceEvent};

@@ -725,6 +725,70 @@ impl AppState {
     }
 }
 
+/// `POST /v1/sweep` (admin).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SweepBody {
+    /// Only locks whose name starts with this (the caller needs `admin` on it). Default: all.
+    #[serde(default)]
+    #[schema(max_length = 1024)]
+    pub prefix: String,
+    /// Only records free for at least this long (milliseconds). Default 0.
+    #[serde(default)]
+    pub older_than_ms: u64,
+}
+
+/// The answer to a sweep.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Swept {
+    /// Records deleted.
+    pub deleted: usize,
+    /// The fencing floor after the sweep (a decimal string): fresh locks start above it.
+    #[schema(pattern = "^[0-9]{1,20}$")]
+    pub fencing_floor: String,
+}
+
+/// Admin: delete the records of locks under `prefix` that have been free for `older_than_ms`,
+/// after raising the fencing floor above their tokens (fencing stays monotonic per name).
+#[utoipa::path(
+    post, path = "/v1/sweep", tag = "admin",
+    request_body = SweepBody,
+    responses(
+        (status = 200, body = Swept),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, description = "Not an admin of this prefix", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn sweep(
+    State(st): Shared,
+    caller: Caller,
+    JsonBody(b): JsonBody<SweepBody>,
+) -> Result<Json<Swept>, ApiError> {
+    text_limit("prefix", &Some(b.prefix.clone()))?;
+    caller.require(&st, &b.prefix, Permission::Admin)?;
+    let report = st
+        .locks
+        .storage()
+        .sweep(&b.prefix, Duration::from_millis(b.older_than_ms))
+        .await
+        .map_err(storage_lock_core::LockError::from)?;
+    tracing::info!(
+        target: "storage_lock::audit",
+        who = caller.who(),
+        action = "sweep",
+        prefix = %b.prefix,
+        deleted = report.deleted,
+        fencing_floor = report.floor,
+        "admin action"
+    );
+    Ok(Json(Swept {
+        deleted: report.deleted,
+        fencing_floor: report.floor.to_string(),
+    }))
+}
+
 /// List locks by name prefix, in pages (only the names the caller may read).
 #[utoipa::path(
     get, path = "/v1/locks", tag = "locks",

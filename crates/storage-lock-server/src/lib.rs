@@ -24,6 +24,7 @@
 //! | `POST /v1/locks/{name}/renew` | `{owner, lease_ms}` → 200 · 410 lost, with `reason` |
 //! | `POST /v1/locks/{name}/release` | `{owner}` → 200 `{released}` (safe to retry) |
 //! | `POST /v1/locks/{name}/force-release` | admin: `{expected_fencing_token?, reason?}` |
+//! | `POST /v1/sweep` | admin: `{prefix?, older_than_ms?}` → `{deleted, fencing_floor}` |
 //! | `GET /v1/locks?prefix=&cursor=&limit=` | a page of locks |
 //! | `GET /v1/locks/{name}?wait_ms=&while=held` | one lock; blocking read with `wait_ms` |
 //! | `GET /v1/storage` | what the storage behind the server promises (durability, …) |
@@ -188,6 +189,7 @@ impl Server {
             .routes(routes!(api::renew))
             .routes(routes!(api::release))
             .routes(routes!(api::force_release))
+            .routes(routes!(api::sweep))
             .routes(routes!(api::list))
             .routes(routes!(api::get))
             .routes(routes!(api::storage_info))

@@ -43,12 +43,12 @@ pub use connect::{ConnectError, connect, connect_storage, schemes};
 pub use storage_lock_core::redact_url;
 pub use storage_lock_core::{
     AcquireOptions, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock,
-    DistributedLock, Durability, FencedResource, HolderInfo, KeyNormalizer, LockError, LockEvent,
-    LockEventKind, LockHandle, LockRecord, MAX_NAME_LEN, ManualClock, MemoryStorage, OwnerId, Page,
-    PageRequest, PrefixNormalizer, ProviderInfo, RENEW_BATCH, ReentrantHold, ReleaseOutcome,
-    RenewOutcome, RenewRequest, RenewalResult, StaleToken, Storage, StorageError, StorageExt,
-    StorageLock, StorageLockBuilder, Stored, SweepReport, SystemClock, TimeSource, Timestamp,
-    Version, Wait,
+    DelegatedAdmin, DistributedLock, Durability, FencedResource, HolderInfo, KeyNormalizer,
+    LockError, LockEvent, LockEventKind, LockHandle, LockRecord, MAX_NAME_LEN, ManualClock,
+    MemoryStorage, OwnerId, Page, PageRequest, PrefixNormalizer, ProviderInfo, RENEW_BATCH,
+    ReentrantHold, ReleaseOutcome, RenewOutcome, RenewRequest, RenewalResult, StaleToken, Storage,
+    StorageError, StorageExt, StorageLock, StorageLockBuilder, Stored, SweepReport, SystemClock,
+    TimeSource, Timestamp, Version, Wait,
 };
 pub use storage_lock_core::{clock, contract, engine, fenced, memory, storage};
 #[cfg(feature = "etcd")]

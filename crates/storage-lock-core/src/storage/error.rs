@@ -40,6 +40,16 @@ pub enum StorageError {
         /// What is wrong, and how to fix it (never credentials).
         reason: String,
     },
+    /// The storage refused the caller's credentials, or they do not allow this operation (a
+    /// lock server's 401 or 403). Retrying cannot help until the credentials change; waits do
+    /// not retry it.
+    #[error("{backend}: not allowed: {reason}")]
+    Denied {
+        /// The backend's name.
+        backend: String,
+        /// Why (never the credentials themselves).
+        reason: String,
+    },
     /// A stored record could not be decoded.
     #[error("the record for key {key:?} is malformed: {reason}")]
     Corrupt {

@@ -137,6 +137,30 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         let _ = key;
         Ok(ChangeWait::unsupported())
     }
+
+    /// A storage that runs the admin operations itself (a lock server: it has no raw
+    /// compare-and-set to build them from) returns them here; [`StorageExt`]'s
+    /// `force_release`, `force_release_if`, `sweep` and `fencing_floor` then delegate to it.
+    /// `None` (the default): they are built on the primitives.
+    fn delegated_admin(&self) -> Option<&dyn DelegatedAdmin> {
+        None
+    }
+}
+
+/// The admin operations of a storage that runs them itself (see
+/// [`Storage::delegated_admin`]); each keeps the contract of its [`StorageExt`] namesake.
+#[async_trait]
+pub trait DelegatedAdmin: Send + Sync {
+    /// As [`StorageExt::force_release`] (`Some(fencing)`: [`StorageExt::force_release_if`]).
+    async fn force_release(
+        &self,
+        key: &str,
+        fencing: Option<u64>,
+    ) -> Result<Option<LockRecord>, StorageError>;
+    /// As [`StorageExt::sweep`].
+    async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError>;
+    /// As [`StorageExt::fencing_floor`].
+    async fn fencing_floor(&self) -> Result<u64, StorageError>;
 }
 
 /// What callers do with a [`Storage`] beyond the lock operations — listing, sweeping, the
@@ -149,6 +173,9 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
 pub trait StorageExt: Storage {
     /// The per-storage fencing floor: fresh keys start above it.
     async fn fencing_floor(&self) -> Result<u64, StorageError> {
+        if let Some(admin) = self.delegated_admin() {
+            return admin.fencing_floor().await;
+        }
         defaults::fencing_floor(self).await
     }
 
@@ -172,6 +199,9 @@ pub trait StorageExt: Storage {
     /// deadline; until then it may still *believe* it holds the lock, which is why the protected
     /// resource must check fencing tokens.
     async fn force_release(&self, key: &str) -> Result<Option<LockRecord>, StorageError> {
+        if let Some(admin) = self.delegated_admin() {
+            return admin.force_release(key, None).await;
+        }
         defaults::force_release(self, key, None).await
     }
 
@@ -183,6 +213,9 @@ pub trait StorageExt: Storage {
         key: &str,
         fencing: u64,
     ) -> Result<Option<LockRecord>, StorageError> {
+        if let Some(admin) = self.delegated_admin() {
+            return admin.force_release(key, Some(fencing)).await;
+        }
         defaults::force_release(self, key, Some(fencing)).await
     }
 
@@ -190,6 +223,9 @@ pub trait StorageExt: Storage {
     /// raising the fencing floor above their tokens, so fencing stays monotonic per key forever.
     /// Needs [`Capabilities::conditional_delete`].
     async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
+        if let Some(admin) = self.delegated_admin() {
+            return admin.sweep(prefix, older_than).await;
+        }
         defaults::sweep(self, prefix, older_than).await
     }
 }
@@ -233,6 +269,9 @@ macro_rules! forward_storage {
             }
             async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
                 (**self).wait_for_change(key).await
+            }
+            fn delegated_admin(&self) -> Option<&dyn DelegatedAdmin> {
+                (**self).delegated_admin()
             }
         }
     )*};
