@@ -86,7 +86,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Serve the storage's locks over HTTP (JSON API + OpenAPI) until SIGTERM / Ctrl-C.
     Serve(ServeArgs),
-    /// Make a bearer token for `serve --auth`: prints the token and its auth-file entry.
+    /// Make a bearer token for `serve --auth`: its auth-file entry on stdout (append it to the
+    /// file: `serve` reloads it), the secret on stderr or in --secret-file.
     Token(TokenArgs),
 }
 
@@ -96,7 +97,8 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7420", value_name = "ADDR")]
     pub listen: String,
-    /// Require bearer tokens as this TOML file says (see `storage-lock token`).
+    /// Require bearer tokens as this TOML file says (see `storage-lock token`); re-read on
+    /// SIGHUP and when it changes (a file that does not parse keeps the tokens in force).
     #[arg(long, value_name = "FILE")]
     pub auth: Option<std::path::PathBuf>,
     /// Serve without auth on a non-loopback address (anyone who reaches the port may lock and
@@ -126,6 +128,9 @@ pub struct TokenArgs {
     /// What it may do there: read, lock (includes read) or admin (includes lock).
     #[arg(long, default_value = "lock", value_parser = ["read", "lock", "admin"])]
     pub allow: String,
+    /// Write the secret token to this file (mode 0600) instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<std::path::PathBuf>,
 }
 
 /// How long to wait for a busy lock (default: forever, like flock(1)).

@@ -36,6 +36,13 @@ fn readme_session() -> Vec<(String, String)> {
     steps
 }
 
+/// The secret `storage-lock token` printed on stderr (the last word of its one line).
+fn secret_of(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    text.split_whitespace().last().unwrap().to_owned()
+}
+
 /// `actual` matches `expected` where every `…` in `expected` stands for any text.
 fn matches(expected: &str, actual: &str) -> bool {
     let mut rest = actual;
@@ -106,12 +113,11 @@ fn a_token_from_token_is_accepted_by_serve_auth() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let secret = text
-        .lines()
-        .nth(1)
-        .unwrap()
-        .trim_start_matches("# ")
-        .to_owned();
+    let secret = secret_of(&out.stderr);
+    assert!(
+        !text.contains(&secret),
+        "the secret is in the entry: {text}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let auth = dir.path().join("auth.toml");
     std::fs::write(&auth, &text).unwrap();
@@ -336,13 +342,8 @@ fn admin_commands_work_through_a_server() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        auth_file.push_str(&text);
-        text.lines()
-            .nth(1)
-            .unwrap()
-            .trim_start_matches("# ")
-            .to_owned()
+        auth_file.push_str(&String::from_utf8(out.stdout).unwrap());
+        secret_of(&out.stderr)
     };
     let (locker, admin) = (secret("locker", "lock"), secret("admin", "admin"));
     let auth = dir.path().join("auth.toml");
@@ -384,4 +385,69 @@ fn admin_commands_work_through_a_server() {
     assert!(out.status.success(), "{out:?}");
     let info = support::inspect(dir.path(), &as_(&admin), "adm/stuck");
     assert_eq!(info["fencing_token"], 2, "{info}");
+}
+
+/// `serve --auth FILE` puts a changed file in force without a restart (on change, and on
+/// SIGHUP), and keeps the tokens in force when the new file does not parse; `token
+/// --secret-file` writes the secret there (mode 0600) and only the entry to stdout.
+#[test]
+fn the_auth_file_is_reloaded_on_change_and_on_sighup() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let token = |name: &str| {
+        let file = dir.path().join(format!("{name}.secret"));
+        let out = Command::new(BIN)
+            .args(["token", name, "--secret-file"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(out.stderr.is_empty(), "{out:?}");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let secret = std::fs::read_to_string(&file).unwrap().trim().to_owned();
+        (String::from_utf8(out.stdout).unwrap(), secret)
+    };
+    let auth = dir.path().join("auth.toml");
+    // Replaced by a rename, as editors and config managers do.
+    let install = |text: &str| {
+        let tmp = dir.path().join("auth.toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &auth).unwrap();
+    };
+    let (a_entry, a) = token("a");
+    install(&a_entry);
+    let server = Served::start("memory:", &["--auth", auth.to_str().unwrap()]);
+    let status = |secret: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(["-H", &format!("authorization: Bearer {secret}")])
+            .arg(format!("{}/v1/locks", server.url))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let eventually = |what: &str, cond: &dyn Fn() -> bool| {
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(Instant::now() < give_up, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert_eq!(status(&a), "200");
+    let (b_entry, b) = token("b");
+    install(&b_entry);
+    eventually("the changed file to be in force", &|| status(&b) == "200");
+    assert_eq!(status(&a), "401", "a removed token still works");
+    // A broken file: the tokens in force stay (SIGHUP makes it try at once).
+    install("[[token]]\nname = 'broken'\n");
+    support::kill(server.pid(), nix::sys::signal::Signal::SIGHUP);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(status(&b), "200", "a broken file replaced the tokens");
+    let (c_entry, c) = token("c");
+    install(&c_entry);
+    support::kill(server.pid(), nix::sys::signal::Signal::SIGHUP);
+    eventually("SIGHUP to load the file", &|| status(&c) == "200");
+    assert_eq!(status(&b), "401");
 }

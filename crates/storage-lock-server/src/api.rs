@@ -22,7 +22,7 @@ use storage_lock_core::{
 };
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::{Auth, Permission, Principal};
+use crate::auth::{AuthHandle, Permission, Principal};
 use crate::error::{ApiError, ErrorBody};
 
 /// The longest a request may wait (`wait_ms` of acquire and of a blocking read): 30 s.
@@ -82,7 +82,7 @@ mod token {
 /// What every handler shares.
 pub(crate) struct AppState {
     pub locks: StorageLock,
-    pub auth: Option<Auth>,
+    pub auth: Option<AuthHandle>,
     /// Cancelled when the server starts shutting down (ends gRPC sessions).
     pub shutdown: tokio_util::sync::CancellationToken,
     /// What the web page shows that the storage does not keep (events seen here).
@@ -296,9 +296,51 @@ pub enum WhileState {
     Held,
 }
 
-/// The caller, from the `Authorization: Bearer …` header (anyone when the server has no auth).
+/// The address a connection came from, for any listener the server serves on (axum knows it
+/// only for its own TCP listener).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, NoDelay>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, NoDelay>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
+impl
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, crate::tls::TlsListener>>
+    for Peer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, crate::tls::TlsListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
+/// The plain listener of [`crate::Server::serve`]: TCP with `TCP_NODELAY` set on every
+/// connection (small request and response writes must not wait for delayed ACKs).
+pub(crate) struct NoDelay(pub(crate) tokio::net::TcpListener);
+
+impl axum::serve::Listener for NoDelay {
+    type Io = tokio::net::TcpStream;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (tcp, addr) = axum::serve::Listener::accept(&mut self.0).await;
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+        (tcp, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
+}
+
+/// The caller, from the `Authorization: Bearer …` header (anyone when the server has no auth),
+/// and where it connected from (when the server was started by [`crate::Server::serve`]).
 #[derive(Clone)]
-pub(crate) struct Caller(Option<Principal>);
+pub(crate) struct Caller(Option<Principal>, Option<std::net::IpAddr>);
 
 impl FromRequestParts<Arc<AppState>> for Caller {
     type Rejection = ApiError;
@@ -311,7 +353,11 @@ impl FromRequestParts<Arc<AppState>> for Caller {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        Self::from_authorization(state, value)
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<Peer>>()
+            .map(|c| c.0.0.ip());
+        Ok(Self::from_authorization(state, value)?.connected_from(peer))
     }
 }
 
@@ -322,8 +368,8 @@ impl Caller {
         state: &AppState,
         value: Option<&str>,
     ) -> Result<Self, ApiError> {
-        let Some(auth) = &state.auth else {
-            return Ok(Self(None));
+        let Some(auth) = state.auth.as_ref().map(AuthHandle::current) else {
+            return Ok(Self(None, None));
         };
         // The scheme is case-insensitive (RFC 7235).
         let token = value
@@ -331,7 +377,7 @@ impl Caller {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, t)| t.trim());
         match token.and_then(|t| auth.authenticate(t)) {
-            Some(p) => Ok(Self(Some(p))),
+            Some(p) => Ok(Self(Some(p), None)),
             None => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -345,7 +391,7 @@ impl Caller {
     }
 
     fn require(&self, st: &AppState, name: &str, needed: Permission) -> Result<(), ApiError> {
-        match (&st.auth, &self.0) {
+        match (st.auth.as_ref().map(AuthHandle::current), &self.0) {
             (Some(auth), Some(p)) if !auth.allows(p, name, needed) => Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden",
@@ -364,7 +410,27 @@ impl Caller {
     }
 
     pub(crate) fn anonymous() -> Self {
-        Self(None)
+        Self(None, None)
+    }
+
+    /// The caller, connected from `peer`.
+    pub(crate) fn connected_from(self, peer: Option<std::net::IpAddr>) -> Self {
+        Self(self.0, peer)
+    }
+
+    /// How a hold taken by this caller names its holder: `TOKEN@ADDRESS` (the token's name
+    /// with auth; the address the client says, else the one it connected from), so `list`
+    /// and the web page show the client, not the server.
+    fn holder(&self, given: Option<&str>) -> String {
+        let place = given
+            .map(str::to_owned)
+            .or_else(|| self.1.map(|ip| ip.to_string()));
+        match (&self.0, place) {
+            (Some(p), Some(place)) => format!("{}@{place}", p.name()),
+            (Some(p), None) => p.name().to_owned(),
+            (None, Some(place)) => place,
+            (None, None) => "unknown".to_owned(),
+        }
     }
 
     pub(crate) fn who(&self) -> &str {
@@ -529,14 +595,20 @@ impl AppState {
                         "holder.host is longer than 255 bytes",
                     ));
                 }
-                Some(HolderInfo {
-                    host: h.host,
+                HolderInfo {
+                    host: caller.holder(Some(&h.host)),
                     pid: h.pid,
                     note: h.note,
-                })
+                }
             }
-            None => None,
+            // Not the server's own host and pid: the client, as far as the server knows it.
+            None => HolderInfo {
+                host: caller.holder(None),
+                pid: 0,
+                note: None,
+            },
         };
+        let holder = Some(holder);
         let mut opts = AcquireOptions::default()
             .lease(lease)
             .wait(if wait_for.is_zero() {

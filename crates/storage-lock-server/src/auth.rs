@@ -19,6 +19,7 @@
 //! changes.
 
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -80,7 +81,30 @@ struct Entry {
 /// The server's tokens (see the module docs for the file format).
 #[derive(Debug, Default)]
 pub struct Auth {
-    entries: Vec<Entry>,
+    entries: Vec<Arc<Entry>>,
+}
+
+/// The tokens a running server checks, replaceable while it serves ([`AuthHandle::replace`]:
+/// `storage-lock serve` re-reads its auth file on SIGHUP and when the file changes). A request
+/// is judged by the tokens current when it arrived; a replaced token stops working for the
+/// next request.
+#[derive(Debug, Clone)]
+pub struct AuthHandle(Arc<RwLock<Arc<Auth>>>);
+
+impl AuthHandle {
+    pub(crate) fn new(auth: Auth) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(auth))))
+    }
+
+    /// The tokens in force.
+    pub fn current(&self) -> Arc<Auth> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `auth` in force for every request from now on.
+    pub fn replace(&self, auth: Auth) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(auth);
+    }
 }
 
 /// A malformed auth file.
@@ -91,17 +115,17 @@ pub struct AuthFileError {
     reason: String,
 }
 
-/// The caller a valid token identifies.
+/// The caller a valid token identifies, with its grants as they were when it was
+/// authenticated (a reload does not change a request in flight).
 #[derive(Debug, Clone)]
 pub struct Principal {
-    index: usize,
-    name: String,
+    entry: Arc<Entry>,
 }
 
 impl Principal {
     /// The token's name from the auth file.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.entry.name
     }
 }
 
@@ -140,18 +164,18 @@ impl Auth {
     /// ```
     pub fn from_toml(text: &str) -> Result<Self, String> {
         let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
-        let mut entries: Vec<Entry> = Vec::with_capacity(file.token.len());
+        let mut entries: Vec<Arc<Entry>> = Vec::with_capacity(file.token.len());
         for t in file.token {
             let hash = parse_hash(&t.sha256)
                 .ok_or_else(|| format!("token {:?}: sha256 must be 64 hex digits", t.name))?;
             if entries.iter().any(|e| e.hash == hash) {
                 return Err(format!("token {:?}: the same hash appears twice", t.name));
             }
-            entries.push(Entry {
+            entries.push(Arc::new(Entry {
                 name: t.name,
                 hash,
                 grants: t.grants.into_iter().map(|g| (g.prefix, g.allow)).collect(),
-            });
+            }));
         }
         Ok(Self { entries })
     }
@@ -166,18 +190,27 @@ impl Auth {
             }
         }
         found.map(|index| Principal {
-            index,
-            name: self.entries[index].name.clone(),
+            entry: self.entries[index].clone(),
         })
     }
 
-    /// Whether `who` may do `needed` on the lock `name`.
+    /// Whether `who` may do `needed` on the lock `name` (by the grants `who` was
+    /// authenticated with).
     pub fn allows(&self, who: &Principal, name: &str, needed: Permission) -> bool {
-        self.entries.get(who.index).is_some_and(|e| {
-            e.grants
-                .iter()
-                .any(|(prefix, level)| *level >= needed && name.starts_with(prefix.as_str()))
-        })
+        who.entry
+            .grants
+            .iter()
+            .any(|(prefix, level)| *level >= needed && name.starts_with(prefix.as_str()))
+    }
+
+    /// The number of tokens.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there is no token (every request is refused).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 }
 

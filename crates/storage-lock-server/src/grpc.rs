@@ -115,7 +115,12 @@ impl Grpc {
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        Ok(Caller::from_authorization(&self.st, value)?)
+        let peer = req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<crate::api::Peer>>()
+            .map(|c| c.0.0.ip())
+            .or_else(|| req.remote_addr().map(|a| a.ip()));
+        Ok(Caller::from_authorization(&self.st, value)?.connected_from(peer))
     }
 }
 

@@ -87,7 +87,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use api::{MAX_LEASE_MS, MAX_WAIT_MS};
-pub use auth::{Auth, AuthFileError, Permission, hash_token};
+pub use auth::{Auth, AuthFileError, AuthHandle, Permission, hash_token};
 pub use error::{ApiError, ErrorBody};
 pub use tls::{TlsConfig, TlsError};
 
@@ -128,7 +128,7 @@ impl utoipa::Modify for BearerAuth {
 /// A lock server over one [`StorageLock`].
 pub struct Server {
     locks: StorageLock,
-    auth: Option<Auth>,
+    auth: Option<AuthHandle>,
     metrics: Option<PrometheusHandle>,
     shutdown: tokio_util::sync::CancellationToken,
 }
@@ -159,8 +159,24 @@ impl Server {
     /// Requires bearer tokens as `auth` says.
     #[must_use]
     pub fn auth(mut self, auth: Auth) -> Self {
-        self.auth = Some(auth);
+        self.auth = Some(AuthHandle::new(auth));
         self
+    }
+
+    /// The handle that replaces the tokens while the server runs (`None` without
+    /// [`Self::auth`]).
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::{MemoryStorage, StorageLock};
+    /// use storage_lock_server::{Auth, Server};
+    /// let server = Server::new(StorageLock::new(MemoryStorage::new()).unwrap()).auth(Auth::default());
+    /// let handle = server.auth_handle().expect("auth is on");
+    /// handle.replace(Auth::from_toml("").unwrap()); // e.g. on SIGHUP, from the file
+    /// assert!(handle.current().is_empty());
+    /// ```
+    pub fn auth_handle(&self) -> Option<AuthHandle> {
+        self.auth.clone()
     }
 
     /// Serves `/metrics` from this recorder handle (install the recorder once per process,
@@ -262,14 +278,7 @@ impl Server {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        use axum::serve::ListenerExt;
-        // Small request/response writes must not wait for delayed ACKs (Nagle).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY not set");
-            }
-        });
-        self.serve_on(listener, shutdown).await
+        self.serve_on(api::NoDelay(listener), shutdown).await
     }
 
     /// Like [`Self::serve`], over TLS: HTTPS and gRPC over TLS (ALPN `h2`, `http/1.1`), with
@@ -305,11 +314,16 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()>
     where
-        L: axum::serve::Listener,
-        L::Addr: std::fmt::Debug,
+        L: axum::serve::Listener<Addr = std::net::SocketAddr>,
+        api::Peer:
+            for<'a> axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
     {
         let sessions = self.shutdown.clone();
-        axum::serve(listener, self.router())
+        // The peer address names the holder of an API client's hold (see `api`).
+        let app = self
+            .router()
+            .into_make_service_with_connect_info::<api::Peer>();
+        axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 sessions.cancel(); // gRPC sessions end (see the grpc module), so shutdown can finish

@@ -817,7 +817,7 @@ async fn login(State(st): Shared, headers: HeaderMap, Form(f): Form<LoginForm>) 
         && st
             .auth
             .as_ref()
-            .is_some_and(|a| a.authenticate(token).is_some());
+            .is_some_and(|a| a.current().authenticate(token).is_some());
     if !known {
         return (
             StatusCode::UNAUTHORIZED,

@@ -475,6 +475,28 @@ grants = [{{ prefix = "", allow = "admin" }}]
     Auth::from_toml(&toml).unwrap()
 }
 
+/// An API client's hold names the client, not the server: `TOKEN@ADDRESS` with auth (the
+/// address the client sends, else the one it connected from), the address without auth.
+#[tokio::test]
+async fn holds_name_the_client_and_its_token() {
+    let api = Api::start(Arc::new(MemoryStorage::new()), Some(auth())).await;
+    let team = api.as_token(Some("team-a-token"));
+    let (s, _) = team.acquire("a%2Fwho", json!({"lease_ms": 60_000})).await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, info) = team.get("/v1/locks/a%2Fwho").await;
+    assert_eq!(info["holder"]["host"], "team-a@127.0.0.1", "{info}");
+    let body = json!({"lease_ms": 60_000, "holder": {"host": "ci-7", "pid": 42}});
+    let (s, _) = team.acquire("a%2Fwho2", body).await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, info) = team.get("/v1/locks/a%2Fwho2").await;
+    assert_eq!(info["holder"]["host"], "team-a@ci-7", "{info}");
+    assert_eq!(info["holder"]["pid"], 42, "{info}");
+    let open = Api::memory().await;
+    open.acquire("who", json!({"lease_ms": 60_000})).await;
+    let (_, info) = open.get("/v1/locks/who").await;
+    assert_eq!(info["holder"]["host"], "127.0.0.1", "{info}");
+}
+
 #[tokio::test]
 async fn auth_matrix_refuses_and_changes_nothing() {
     let api = Api::start(Arc::new(MemoryStorage::new()), Some(auth())).await;

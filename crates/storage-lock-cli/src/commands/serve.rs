@@ -3,9 +3,12 @@
 use std::net::SocketAddr;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
+use std::path::PathBuf;
+use std::time::Duration;
 use storage_lock::HolderInfo;
-use storage_lock_server::{Auth, Server, TlsConfig, hash_token};
-use tokio::signal::unix::{SignalKind, signal};
+
+use storage_lock_server::{Auth, AuthHandle, Server, TlsConfig, hash_token};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cli::{ServeArgs, TokenArgs};
 use crate::exit::{self, Failure};
@@ -67,9 +70,15 @@ pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8
         Ok(handle) => server = server.metrics(handle),
         Err(e) => tracing::warn!(error = %e, "metrics recorder not installed"),
     }
-    // Watch SIGTERM before saying we serve: a supervisor may stop us right after.
+    // Watch SIGTERM (and SIGHUP, for the auth file) before saying we serve: a supervisor may
+    // signal us right after.
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot watch SIGTERM: {e}")))?;
+    if let (Some(path), Some(handle)) = (&args.auth, server.auth_handle()) {
+        let hup = signal(SignalKind::hangup())
+            .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot watch SIGHUP: {e}")))?;
+        tokio::spawn(reload_auth(path.clone(), handle, hup));
+    }
     if !quiet {
         let scheme = if tls.is_some() { "https" } else { "http" };
         eprintln!(
@@ -97,11 +106,17 @@ pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8
 /// Runs `token`: prints a fresh random token (on a comment line) and its auth-file entry.
 pub fn token(args: &TokenArgs) -> Result<u8, Failure> {
     let secret = format!("{:032x}{:032x}", rand_u128(), rand_u128());
-    println!(
-        "# bearer token for {:?}: give it to the client, keep it secret",
-        args.name
-    );
-    println!("# {secret}");
+    // The entry goes to stdout (safe to append to the auth file: it holds only the hash), the
+    // secret to stderr or to --secret-file (readable by its owner only).
+    match &args.secret_file {
+        Some(path) => write_secret(path, &secret).map_err(|e| {
+            Failure::usage(format!("cannot write the token to {}: {e}", path.display()))
+        })?,
+        None => eprintln!(
+            "storage-lock: bearer token for {:?} (give it to the client, keep it secret): {secret}",
+            args.name
+        ),
+    }
     println!("[[token]]");
     println!("name = {}", toml_string(&args.name));
     println!("sha256 = \"{}\"", hash_token(&secret));
@@ -111,6 +126,61 @@ pub fn token(args: &TokenArgs) -> Result<u8, Failure> {
         args.allow
     );
     Ok(0)
+}
+
+/// Writes `secret` and a newline to `path`, created or truncated with mode 0600.
+fn write_secret(path: &std::path::Path, secret: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    writeln!(file, "{secret}")
+}
+
+/// Re-reads the auth file on SIGHUP and when it changes (checked every second), and puts the
+/// new tokens in force; a file that does not parse leaves the old ones, with a warning.
+async fn reload_auth(path: PathBuf, handle: AuthHandle, mut hup: Signal) {
+    let stamp = |p: &std::path::Path| {
+        std::fs::metadata(p).ok().map(|m| {
+            (
+                m.modified().ok(),
+                m.len(),
+                std::os::unix::fs::MetadataExt::ino(&m),
+            )
+        })
+    };
+    let mut seen = stamp(&path);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let why = tokio::select! {
+            _ = hup.recv() => "SIGHUP",
+            _ = tick.tick() => {
+                let now = stamp(&path);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                "the file changed"
+            }
+        };
+        match Auth::from_file(&path) {
+            Ok(auth) => {
+                let tokens = auth.len();
+                handle.replace(auth);
+                tracing::info!(target: "storage_lock::audit", tokens, why, "auth file reloaded");
+            }
+            Err(e) => tracing::warn!(
+                target: "storage_lock::audit",
+                error = %e,
+                why,
+                "auth file not reloaded: the tokens in force stay"
+            ),
+        }
+    }
 }
 
 fn rand_u128() -> u128 {
