@@ -84,7 +84,9 @@ pub enum Command {
     /// Show what the storage promises (clock, durability, capabilities); exit 78 if it cannot
     /// keep the lock's guarantees.
     Check(CheckArgs),
-    /// Serve the storage's locks over HTTP (JSON API + OpenAPI) until SIGTERM / Ctrl-C.
+    /// Serve the storage's locks on one port until SIGTERM / Ctrl-C: the HTTP JSON API
+    /// (OpenAPI at /openapi.json), gRPC with sessions, a live web page at /ui, Prometheus
+    /// metrics at /metrics; HTTPS with --tls-cert.
     Serve(ServeArgs),
     /// Make a bearer token for `serve --auth`: its auth-file entry on stdout (append it to the
     /// file: `serve` reloads it), the secret on stderr or in --secret-file.
@@ -241,7 +243,8 @@ pub struct AcquireArgs {
     /// Exit code when the lock is not acquired in time (like `flock -E`).
     #[arg(short = 'E', long, value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
-    /// Print a JSON object (token, name, fencing_token, expires_at) instead of the bare token.
+    /// Print a JSON object (acquired: true, token, name, fencing_token, expires_at) instead of
+    /// the bare token; when not acquired, `{"acquired": false, "name": …}`.
     #[arg(long)]
     pub json: bool,
 }

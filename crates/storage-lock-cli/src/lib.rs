@@ -90,7 +90,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
         Command::Run(args) => run::run(args, url, quiet, cli.verbose).await,
-        Command::Acquire(args) => commands::acquire::acquire(args, url, quiet).await,
+        Command::Acquire(args) => commands::acquire::acquire(args, url, quiet, cli.verbose).await,
         Command::Renew(args) => commands::acquire::renew(args, url, quiet).await,
         Command::Release(args) => commands::acquire::release(args, url, quiet).await,
         Command::List(args) => commands::inspect::list(args, url, quiet).await,
@@ -130,6 +130,15 @@ fn clap_error(e: &clap::Error) -> ExitCode {
         .collect();
     let message = message.join(" ");
     let message = message.strip_prefix("error: ").unwrap_or(&message);
+    // `run NAME CMD` (flock's syntax without `--`): say where the command goes.
+    let run_without_dashes = e.kind() == ErrorKind::UnknownArgument
+        && std::env::args().skip(1).any(|a| a == "run")
+        && !std::env::args().any(|a| a == "--");
+    if run_without_dashes {
+        return report(&Failure::usage(format!(
+            "{message} (the command goes after `--`: storage-lock run NAME [OPTIONS] -- CMD [ARGS]...)"
+        )));
+    }
     report(&Failure::usage(format!("{message} (see --help)")))
 }
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use storage_lock::{HolderInfo, SqliteStorage, Storage, StorageLock};
 
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 
 static VERBOSE: AtomicBool = AtomicBool::new(false);
 
@@ -50,6 +50,7 @@ pub async fn open(url: Option<&str>, holder: HolderInfo, quiet: bool) -> Result<
     let storage = match url {
         Some(url) => {
             check_url(url)?;
+            check_sqlite_dir(url)?;
             shown = describe_url(url);
             if VERBOSE.load(Ordering::Relaxed) {
                 eprintln!("storage-lock: storage: {shown}");
@@ -201,6 +202,27 @@ pub fn describe_url(url: &str) -> String {
         return format!("sqlite://{}{query}", abs.display());
     }
     storage_lock::redact_url(url)
+}
+
+/// An explicit `sqlite://` URL whose directory does not exist is refused (exit 69): a typo in
+/// it would otherwise create a fresh directory and a fresh lock file that excludes nobody
+/// (the library creates missing directories; only the default file's is created here).
+fn check_sqlite_dir(url: &str) -> Result<(), Failure> {
+    let Some(rest) = url.strip_prefix("sqlite://") else {
+        return Ok(());
+    };
+    let path = std::path::Path::new(rest.split('?').next().unwrap_or(rest));
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => Err(Failure::new(
+            exit::STORAGE,
+            format!(
+                "the directory of {} does not exist (create it first: a mistyped path would \
+                 give a lock file that excludes nobody)",
+                path.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Whether `storage` shows who owns a record (a lock server keeps owners secret).

@@ -107,6 +107,7 @@ fn check_reports_durable_backends_ok_and_refuses_volatile_ones() {
 #[test]
 fn inspect_shows_the_resolved_storage() {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("rel")).unwrap();
     let out = output_within(
         cli(
             dir.path(),

@@ -126,6 +126,11 @@ fn bad_input_gets_one_line_and_a_stable_code() {
         ("unreadable SQLite path", unreadable, 69),
         ("SQLite path is a directory", not_a_file, 69),
         (
+            "SQLite directory missing",
+            format!("sqlite://{}/missing-dir/x.db", dir.path().display()),
+            69,
+        ),
+        (
             "unreachable PostgreSQL",
             "postgres://postgres@127.0.0.1:1/test".to_owned(),
             69,
@@ -143,6 +148,10 @@ fn bad_input_gets_one_line_and_a_stable_code() {
         );
         assert_one_line_error(what, &out, code);
     }
+    assert!(
+        !dir.path().join("missing-dir").exists(),
+        "a mistyped SQLite path created a directory"
+    );
 
     for url in urls(dir.path()) {
         let name = unique("bad");
@@ -176,5 +185,61 @@ fn bad_input_gets_one_line_and_a_stable_code() {
             LIMIT,
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "{url}");
+    }
+}
+
+/// Small promises of the help text: `run NAME CMD` (flock's syntax) says where the command
+/// goes; `acquire -n` on a busy lock is silent (like `flock -n`) unless -v; `acquire --json`
+/// says `"acquired": false` on stdout when busy; `--help` lists exit codes 77 and 78, and
+/// `serve --help` names gRPC, /ui and /metrics.
+#[test]
+fn small_promises_of_the_help_text_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/locks.db", dir.path().display());
+    let out = output_within(
+        &mut cli(dir.path(), &url, &["run", "j", "echo", "hi"]),
+        LIMIT,
+    );
+    assert_one_line_error("run without --", &out, 2);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("after `--`"),
+        "{out:?}"
+    );
+    let name = unique("small");
+    let held = output_within(&mut cli(dir.path(), &url, &["acquire", &name]), LIMIT);
+    assert!(held.status.success(), "{held:?}");
+    let busy = output_within(&mut cli(dir.path(), &url, &["acquire", &name, "-n"]), LIMIT);
+    assert_eq!(busy.status.code(), Some(75), "{busy:?}");
+    assert!(busy.stderr.is_empty() && busy.stdout.is_empty(), "{busy:?}");
+    let loud = output_within(
+        &mut cli(dir.path(), &url, &["-v", "acquire", &name, "-n"]),
+        LIMIT,
+    );
+    assert!(
+        String::from_utf8_lossy(&loud.stderr).contains("not acquired"),
+        "{loud:?}"
+    );
+    let json = output_within(
+        &mut cli(dir.path(), &url, &["acquire", &name, "-n", "--json"]),
+        LIMIT,
+    );
+    assert_eq!(json.status.code(), Some(75), "{json:?}");
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON on stdout");
+    assert_eq!(v["acquired"], false, "{v}");
+    let help = std::process::Command::new(BIN)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for code in ["  77 ", "  78 "] {
+        assert!(help.contains(code), "--help lacks exit code{code}");
+    }
+    let serve = std::process::Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let serve = String::from_utf8_lossy(&serve.stdout);
+    for what in ["gRPC", "/ui", "/metrics", "--tls-cert"] {
+        assert!(serve.contains(what), "serve --help lacks {what}");
     }
 }

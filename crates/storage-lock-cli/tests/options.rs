@@ -203,8 +203,8 @@ fn the_default_note_is_the_program_name_and_stored_text_is_escaped() {
                 .starts_with("x\nfake"),
             "{url}"
         );
-        // A busy notice shows the holder escaped as well.
-        let out = run_cli(d, &url, &["acquire", &evil, "--no-wait"]);
+        // A busy notice shows the holder escaped as well (`--no-wait` would be silent).
+        let out = run_cli(d, &url, &["acquire", &evil, "--wait", "0.01"]);
         assert_eq!(out.status.code(), Some(75));
         assert_eq!(stderr(&out).lines().count(), 1, "{url}: {out:?}");
         run_cli(d, &url, &["release", &token]);

@@ -1119,6 +1119,20 @@ pub(crate) async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
 
+/// Unknown paths: a 404 with the error body; a lock name with a raw `/` gets told to send it
+/// as `%2F` (a name is one path segment).
+pub(crate) async fn fallback(uri: axum::http::Uri) -> ApiError {
+    let rest = uri.path().strip_prefix("/v1/locks/").unwrap_or_default();
+    if rest.trim_end_matches('/').contains('/') {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such route; a lock name is one path segment: send `/` in it as %2F",
+        );
+    }
+    not_found().await
+}
+
 pub(crate) async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,

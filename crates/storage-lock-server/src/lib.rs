@@ -257,7 +257,7 @@ impl Server {
             .merge(ui::routes())
             .route("/healthz", get(api::healthz))
             .route("/readyz", get(api::readyz))
-            .fallback(api::not_found)
+            .fallback(api::fallback)
             .method_not_allowed_fallback(api::method_not_allowed)
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(state);

@@ -475,6 +475,18 @@ grants = [{{ prefix = "", allow = "admin" }}]
     Auth::from_toml(&toml).unwrap()
 }
 
+/// A raw `/` in a lock name is a 404 that says to send it as `%2F`, not a bare one.
+#[tokio::test]
+async fn a_raw_slash_in_a_name_says_to_encode_it() {
+    let api = Api::memory().await;
+    let (s, body) = api.acquire("deploy/prod", json!({"lease_ms": 1000})).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("%2F"), "{body}");
+    let (s, body) = api.get("/v1/nothing").await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["message"], "no such route", "{body}");
+}
+
 /// An API client's hold names the client, not the server: `TOKEN@ADDRESS` with auth (the
 /// address the client sends, else the one it connected from), the address without auth.
 #[tokio::test]

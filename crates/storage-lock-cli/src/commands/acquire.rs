@@ -35,7 +35,12 @@ fn script_holder() -> HolderInfo {
 }
 
 /// Runs `acquire`: prints the token (or a JSON object) on stdout; returns the exit code.
-pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
+pub async fn acquire(
+    args: AcquireArgs,
+    url: Option<&str>,
+    quiet: bool,
+    verbose: u8,
+) -> Result<u8, Failure> {
     validate_name(&args.name)?;
     validate_lease("--lease", args.lease)?;
     let mut options = AcquireOptions::default()
@@ -56,13 +61,19 @@ pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Resul
     .await
     .map_err(|e| Failure::lock("cannot acquire the lock", &e))?;
     let Some(hold) = hold else {
+        // Like `flock -n`: a busy lock under --no-wait is an expected outcome, silent unless -v.
+        let silent = args.wait.no_wait && verbose == 0;
         busy_notice(
-            quiet,
+            quiet || silent,
             opened.storage.as_ref(),
             &args.name,
             started.elapsed(),
         )
         .await;
+        if args.json {
+            // A script reading stdout learns the outcome too, not only from the exit code.
+            let _ = output::emit(json!({ "acquired": false, "name": args.name }));
+        }
         return Ok(args.conflict_exit_code);
     };
     let token = LeaseToken {
@@ -73,6 +84,7 @@ pub async fn acquire(args: AcquireArgs, url: Option<&str>, quiet: bool) -> Resul
     };
     let printed = if args.json {
         output::emit(json!({
+            "acquired": true,
             "token": token.to_string(),
             "name": token.name,
             "fencing_token": hold.fencing_token,
