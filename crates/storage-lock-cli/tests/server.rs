@@ -36,6 +36,31 @@ fn readme_session() -> Vec<(String, String)> {
     steps
 }
 
+/// `run NAME -- sh -c 'echo token=$STORAGE_LOCK_FENCING_TOKEN'` through `url` succeeds and
+/// its command sees fencing token 1 (a fresh name).
+fn run_sees_token_1(dir: &std::path::Path, url: &str, name: &str) {
+    let out = support::cli(
+        dir,
+        url,
+        &[
+            "run",
+            name,
+            "--",
+            "sh",
+            "-c",
+            "echo token=$STORAGE_LOCK_FENCING_TOKEN",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("token=1"));
+}
+
 /// The secret `storage-lock token` printed on stderr (the last word of its one line).
 fn secret_of(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
@@ -181,26 +206,7 @@ fn the_cli_works_against_a_server() {
     let dir = tempfile::tempdir().unwrap();
     let server = Served::start(&format!("sqlite://{}/locks.db", dir.path().display()), &[]);
     let url = server.url.as_str();
-    let out = support::cli(
-        dir.path(),
-        url,
-        &[
-            "run",
-            "cli/run",
-            "--",
-            "sh",
-            "-c",
-            "echo token=$STORAGE_LOCK_FENCING_TOKEN",
-        ],
-    )
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("token=1"));
+    run_sees_token_1(dir.path(), url, "cli/run");
     let out = support::cli(
         dir.path(),
         url,
@@ -283,26 +289,7 @@ fn serve_over_mutual_tls_and_the_cli_through_it() {
         p("client.pem"),
         p("client.key")
     );
-    let out = support::cli(
-        d,
-        &url,
-        &[
-            "run",
-            "tls/run",
-            "--",
-            "sh",
-            "-c",
-            "echo token=$STORAGE_LOCK_FENCING_TOKEN",
-        ],
-    )
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("token=1"));
+    run_sees_token_1(d, &url, "tls/run");
     let plain = base.replacen("https://", "http://", 1);
     for refused in [
         format!("{base}?ca={}", p("ca.pem")),

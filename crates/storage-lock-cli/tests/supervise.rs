@@ -42,37 +42,47 @@ fn second_holder(dir: &Scratch, url: &str, name: &str) -> u128 {
         .unwrap_or_else(|_| panic!("{url}: second start"))
 }
 
+/// Starts `run NAME --lease LEASE --kill-grace 500ms -- <writer>`, waits for the writer's
+/// first writes, then `kill -9`s `run`: (the writer's file, its pid, when `run` was killed).
+fn run_writer_then_kill_9(
+    dir: &Scratch,
+    url: &str,
+    name: &str,
+    lease: &str,
+) -> (std::path::PathBuf, u32, u128) {
+    let w = file(dir.path(), "w");
+    let mut holder = cli(
+        dir.path(),
+        url,
+        &[
+            "run",
+            name,
+            "--lease",
+            lease,
+            "--kill-grace",
+            "500ms",
+            "--",
+            "sh",
+            "-c",
+            &writer_script(false),
+        ],
+    )
+    .env("W", &w)
+    .spawn()
+    .unwrap();
+    let cmd = writer_started(dir.path(), &w);
+    kill(holder.id(), Signal::SIGKILL);
+    holder.wait().unwrap();
+    (w, cmd, now_ns())
+}
+
 #[test]
 fn kill_9_of_run_stops_its_command_before_anyone_else_gets_the_lock() {
     let dir = tempfile::tempdir().unwrap();
     for (i, url) in urls(dir.path()).into_iter().enumerate() {
         let dir = &Scratch::new(dir.path(), i);
         let name = unique("kill9");
-        let w = file(dir.path(), "w");
-        let mut holder = cli(
-            dir.path(),
-            &url,
-            &[
-                "run",
-                &name,
-                "--lease",
-                "2s",
-                "--kill-grace",
-                "500ms",
-                "--",
-                "sh",
-                "-c",
-                &writer_script(false),
-            ],
-        )
-        .env("W", &w)
-        .spawn()
-        .unwrap();
-        let cmd = writer_started(dir.path(), &w);
-
-        kill(holder.id(), Signal::SIGKILL);
-        holder.wait().unwrap();
-        let killed = now_ns();
+        let (w, cmd, killed) = run_writer_then_kill_9(dir, &url, &name, "2s");
         // The sentinel sends SIGTERM at once.
         wait_until(Duration::from_secs(2), "the command to stop", || {
             !alive(cmd)
@@ -100,30 +110,7 @@ fn kill_9_of_run_frees_the_lock_once_its_command_is_stopped() {
     for (i, url) in urls(dir.path()).into_iter().enumerate() {
         let dir = &Scratch::new(dir.path(), i);
         let name = unique("kill9free");
-        let w = file(dir.path(), "w");
-        let mut holder = cli(
-            dir.path(),
-            &url,
-            &[
-                "run",
-                &name,
-                "--lease",
-                "60s",
-                "--kill-grace",
-                "500ms",
-                "--",
-                "sh",
-                "-c",
-                &writer_script(false),
-            ],
-        )
-        .env("W", &w)
-        .spawn()
-        .unwrap();
-        let cmd = writer_started(dir.path(), &w);
-        kill(holder.id(), Signal::SIGKILL);
-        holder.wait().unwrap();
-        let killed = now_ns();
+        let (w, cmd, killed) = run_writer_then_kill_9(dir, &url, &name, "60s");
         let second = second_holder(dir, &url, &name);
         let last = *stamps(&w).last().unwrap();
         assert!(!alive(cmd), "{url}: the command outlived run");
