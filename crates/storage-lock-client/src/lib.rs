@@ -573,6 +573,7 @@ impl Storage for RemoteStorage {
         Ok(Page {
             entries,
             next: list.next_cursor,
+            corrupt: Vec::new(),
         })
     }
 

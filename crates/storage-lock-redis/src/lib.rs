@@ -584,15 +584,43 @@ impl Storage for RedisStorage {
         for k in &keys {
             pipe.cmd("HGETALL").arg(self.redis_key(k));
         }
-        let hashes: Vec<HashMap<String, String>> =
-            pipe.query_async(&mut conn).await.map_err(err("list"))?;
-        let mut entries = Vec::with_capacity(keys.len());
-        for (k, h) in keys.into_iter().zip(hashes) {
-            if let Some(stored) = decode(&k, h)? {
-                entries.push((k, stored));
+        let hashes: Vec<Result<HashMap<String, String>, String>> = match pipe
+            .query_async::<Vec<HashMap<String, String>>>(&mut conn)
+            .await
+        {
+            Ok(hashes) => hashes.into_iter().map(Ok).collect(),
+            // A key of another type under the prefix (WRONGTYPE) fails the whole pipeline:
+            // read them one by one, so it is one bad row, reported in the page.
+            Err(e) if e.kind() == redis::ErrorKind::TypeError || e.code() == Some("WRONGTYPE") => {
+                let mut one_by_one = Vec::with_capacity(keys.len());
+                for k in &keys {
+                    let got: Result<HashMap<String, String>, _> = redis::cmd("HGETALL")
+                        .arg(self.redis_key(k))
+                        .query_async(&mut conn)
+                        .await;
+                    one_by_one.push(match got {
+                        Ok(h) => Ok(h),
+                        Err(e) if e.code() == Some("WRONGTYPE") => {
+                            Err("not a lock record (another Redis type)".to_owned())
+                        }
+                        Err(e) => return Err(err("list")(e)),
+                    });
+                }
+                one_by_one
             }
+            Err(e) => return Err(err("list")(e)),
+        };
+        let mut rows = Vec::with_capacity(keys.len());
+        for (k, hash) in keys.into_iter().zip(hashes) {
+            let row = match hash.map(|h| decode(&k, h)) {
+                Ok(Ok(Some(stored))) => Ok(stored),
+                Ok(Ok(None)) => continue, // gone meanwhile
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(why) => Err(why),
+            };
+            rows.push((k, row));
         }
-        Ok(Page::from_sorted(entries, limit))
+        Ok(Page::from_sorted_results(rows, limit))
     }
 
     async fn acquire_once(

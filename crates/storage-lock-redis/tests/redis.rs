@@ -16,3 +16,53 @@ async fn redis() -> RedisStorage {
 }
 
 storage_lock_testkit::storage_lock_suites!(redis);
+
+/// One bad record stays one bad record: a key of another Redis type under the prefix (it made
+/// the whole listing fail with WRONGTYPE) is reported as corrupt, and the locks beside it are
+/// listed and swept as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_key_under_the_prefix_is_one_bad_row() {
+    use storage_lock_core::{AcquireRequest, OwnerId, PageRequest, Storage, StorageExt};
+    let url = std::env::var("STORAGE_LOCK_REDIS_URL").expect("STORAGE_LOCK_REDIS_URL");
+    let prefix = format!("storage-lock-foreign-{:x}:", rand_u64());
+    let s = RedisStorage::builder()
+        .url(url.clone())
+        .prefix(prefix.clone())
+        .open()
+        .await
+        .unwrap();
+    let req = AcquireRequest {
+        owner: OwnerId::random(),
+        lease: std::time::Duration::from_secs(30),
+        holder: None,
+        reentrant: false,
+    };
+    s.acquire_once("a-lock", &req).await.unwrap();
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}b-foreign"))
+        .arg("not a hash")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let page = s.list("", &PageRequest::default()).await.expect("listed");
+    let keys: Vec<&str> = page.entries.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["a-lock"], "{page:?}");
+    assert_eq!(page.corrupt.len(), 1, "{page:?}");
+    assert_eq!(page.corrupt[0].0, "b-foreign");
+    s.release("a-lock", req.owner).await.unwrap();
+    s.sweep("", std::time::Duration::ZERO)
+        .await
+        .expect("a sweep skips the foreign key");
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{prefix}b-foreign"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}

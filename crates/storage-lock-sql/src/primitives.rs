@@ -143,17 +143,18 @@ macro_rules! impl_sql_storage {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(err("list"))?;
-            let entries = rows
+            // A row that does not decode is reported in the page, not fatal to the listing.
+            let rows = rows
                 .iter()
                 .map(|r| {
                     let key: String = r
                         .try_get("lock_key")
                         .map_err(|e| crate::row::corrupt("?", e))?;
-                    let stored = crate::row::decode(&key, r)?;
+                    let stored = crate::row::decode(&key, r).map_err(|e| e.to_string());
                     Ok((key, stored))
                 })
                 .collect::<Result<Vec<_>, storage_lock_core::StorageError>>()?;
-            Ok(storage_lock_core::Page::from_sorted(entries, limit))
+            Ok(storage_lock_core::Page::from_sorted_results(rows, limit))
         }
 
         $($rest)*

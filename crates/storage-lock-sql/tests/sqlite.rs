@@ -52,8 +52,49 @@ async fn corrupt_rows_are_typed_errors_not_panics() {
     };
     let err = s.acquire_once("big", &req).await.unwrap_err();
     assert!(matches!(err, StorageError::Corrupt { .. }), "{err:?}");
-    let err = s.list("", &PageRequest::default()).await.unwrap_err();
-    assert!(matches!(err, StorageError::Corrupt { .. }), "{err:?}");
+    // One bad record stays one bad record: a listing (and a sweep, built on it) reports the
+    // corrupt rows by key and goes on with the rest (it failed as a whole).
+    let good = s.acquire_once("good", &req).await.unwrap();
+    assert!(matches!(
+        good,
+        storage_lock_core::AcquireOutcome::Acquired { .. }
+    ));
+    let page = s
+        .list(
+            "",
+            &PageRequest {
+                after: None,
+                limit: 2,
+            },
+        )
+        .await
+        .unwrap();
+    let mut keys: Vec<&str> = page.entries.iter().map(|(k, _)| k.as_str()).collect();
+    keys.extend(page.corrupt.iter().map(|(k, _)| k.as_str()));
+    keys.sort_unstable();
+    assert_eq!(keys, ["big", "good"], "{page:?}");
+    let rest = s
+        .list(
+            "",
+            &PageRequest {
+                after: page.next.clone(),
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    let corrupt: Vec<&str> = page
+        .corrupt
+        .iter()
+        .chain(&rest.corrupt)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(corrupt, ["big", "neg", "text"], "{rest:?}");
+    assert!(rest.corrupt.iter().all(|(_, why)| !why.is_empty()));
+    use storage_lock_core::StorageExt;
+    s.sweep("", std::time::Duration::ZERO)
+        .await
+        .expect("a sweep skips corrupt records");
 }
 
 /// Expiry is judged on the host's boot clock (`CLOCK_BOOTTIME`) plus an offset agreed once per

@@ -36,6 +36,16 @@ pub async fn list(args: ListArgs, url: Option<&str>, quiet: bool) -> Result<u8, 
                 .filter(|(_, s)| s.record.is_held_at(now))
                 .map(|(key, s)| (key, s.record)),
         );
+        // One bad record is one line on stderr, not a failed listing.
+        for (key, why) in &listed.corrupt {
+            if !quiet {
+                eprintln!(
+                    "storage-lock: warning: skipped lock {}: its record is corrupt ({})",
+                    output::quoted(key),
+                    output::escape(why)
+                );
+            }
+        }
         match listed.next {
             Some(next) => page.after = Some(next),
             None => break,

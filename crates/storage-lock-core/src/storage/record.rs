@@ -249,9 +249,35 @@ pub struct Page {
     pub entries: Vec<(String, Stored)>,
     /// Pass as [`PageRequest::after`] to get the next page; `None` on the last page.
     pub next: Option<String>,
+    /// Keys in this page whose record could not be decoded, with why: reported, not fatal, so
+    /// one bad record never hides every other lock from a listing or a sweep (a sweep leaves
+    /// them alone).
+    pub corrupt: Vec<(String, String)>,
 }
 
 impl Page {
+    /// Like [`Self::from_sorted`] for rows some of which could not be decoded: those go to
+    /// [`Self::corrupt`] (they count toward `limit`, so the cursor moves past them).
+    pub fn from_sorted_results(
+        mut rows: Vec<(String, Result<Stored, String>)>,
+        limit: usize,
+    ) -> Self {
+        let limit = limit.max(1);
+        let next = (rows.len() > limit).then(|| rows[limit - 1].0.clone());
+        rows.truncate(limit);
+        let mut page = Self {
+            next,
+            ..Self::default()
+        };
+        for (key, row) in rows {
+            match row {
+                Ok(stored) => page.entries.push((key, stored)),
+                Err(why) => page.corrupt.push((key, why)),
+            }
+        }
+        page
+    }
+
     /// The page of at most `limit` entries from `entries` (sorted by key, holding up to one
     /// more than `limit` to tell whether another page follows). A `limit` of 0 is taken as 1,
     /// so that a page always makes progress.
@@ -259,7 +285,11 @@ impl Page {
         let limit = limit.max(1);
         let next = (entries.len() > limit).then(|| entries[limit - 1].0.clone());
         entries.truncate(limit);
-        Self { entries, next }
+        Self {
+            entries,
+            next,
+            corrupt: Vec::new(),
+        }
     }
 
     /// The page of at most `limit` records read by `read` from `names` (candidate keys in any
