@@ -17,6 +17,9 @@
 //!   expiry, so a lost notification costs latency, never correctness.
 //! * Linearizable on a single primary. Not across asynchronous-replica failover: a replica
 //!   promoted before it received the last commits can grant a lock that was held.
+//! * **Fencing tokens are bounded** by the `BIGINT` column: 2^63 − 1. A key whose token reached
+//!   it is refused with [`StorageError::Corrupt`] naming the key (use another name); at one
+//!   acquisition per microsecond that takes 292 000 years.
 //! * **Durability**: every connection sets `synchronous_commit = on` (whatever the server, role
 //!   or URL default: a grant acknowledged before its WAL flush and lost in a crash could be
 //!   handed out again, with its fencing token; releases are the one exception, below), and `open` refuses a server running with
@@ -80,6 +83,8 @@ const SWEPT: i64 = -1;
 /// The SQLSTATE of that failure (`invalid_text_representation`: the statement has no other
 /// text-to-number cast).
 const SWEPT_MEANWHILE: &str = "22P02";
+/// SQLSTATE `numeric_value_out_of_range`: a fencing token past `i64::MAX` (the column's bound).
+const OUT_OF_RANGE: &str = "22003";
 /// Attempts of one `acquire_once` that may end in [`SWEPT_MEANWHILE`] (each one means a sweep
 /// deleted the key's record during the attempt; more in a row than this is reported).
 const SWEPT_RETRIES: u32 = 8;
@@ -587,6 +592,18 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                 {
                     swept += 1;
                     continue;
+                }
+                // The next token would not fit the BIGINT column (the record holds 2^63 − 1):
+                // this key can never be granted again. Said once, typed, naming the key.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(OUT_OF_RANGE) => {
+                    return Err(StorageError::Corrupt {
+                        key: key.to_owned(),
+                        reason: format!(
+                            "its fencing token reached the bound of the BIGINT column ({}); \
+                             the key cannot be granted again: use another name",
+                            i64::MAX
+                        ),
+                    });
                 }
                 Err(e) => return Err(err("acquire")(e)),
                 // Busy: a second statement marks the record and reports its holder.

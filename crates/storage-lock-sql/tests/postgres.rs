@@ -411,3 +411,41 @@ async fn lock_operations_after_a_server_restart_do_not_fail() {
     }
     assert!(s.now().await.is_ok());
 }
+
+/// Fencing tokens are bounded by the BIGINT column (2^63 − 1): a key whose token reached it
+/// gets a typed error naming the key (it was a driver error, "bigint out of range", exit 69 in
+/// the CLI with no word of which key or why), and other keys are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fencing_token_at_the_column_bound_is_a_typed_error_naming_the_key() {
+    use storage_lock_core::{
+        AcquireOutcome, AcquireRequest, LockRecord, OwnerId, Storage, StorageError, Timestamp,
+    };
+    let s = postgres().await;
+    let key = format!("bound-{}", storage_lock_core::OwnerId::random());
+    let record = LockRecord {
+        owner: OwnerId::NOBODY,
+        count: 0,
+        fencing: i64::MAX as u64,
+        acquired_at: Timestamp::from_millis(1),
+        expires_at: Timestamp::from_millis(1),
+        holder: None,
+    };
+    s.create(&key, &record).await.unwrap();
+    let req = AcquireRequest {
+        owner: OwnerId::random(),
+        lease: std::time::Duration::from_secs(5),
+        holder: None,
+        reentrant: false,
+    };
+    let err = s.acquire_once(&key, &req).await.unwrap_err();
+    assert!(
+        matches!(&err, StorageError::Corrupt { key: k, reason } if *k == key && reason.contains("BIGINT")),
+        "{err:?}"
+    );
+    let other = format!("{key}-other");
+    assert!(matches!(
+        s.acquire_once(&other, &req).await.unwrap(),
+        AcquireOutcome::Acquired { .. }
+    ));
+    s.release(&other, req.owner).await.unwrap();
+}
