@@ -582,7 +582,13 @@ pub async fn reentrant_counts_levels_and_keeps_token<S: Storage>(s: S) {
         Err(LockError::NotHeld { .. })
     ));
     let other = l.lock_reentrant(&name, b, &o).await.unwrap().unwrap();
-    assert_eq!(other.fencing_token, one.fencing_token + 1);
+    // The next token, or above the shared fencing floor if a sweep elsewhere raised it.
+    crate::conformance::assert_next_token(
+        l.storage().as_ref(),
+        one.fencing_token,
+        other.fencing_token,
+    )
+    .await;
     let r = l
         .lock_reentrant(&name, b, &o.clone().auto_renew(Duration::from_secs(1)))
         .await;
