@@ -439,12 +439,17 @@ impl RemoteStorage {
         }
     }
 
-    async fn floor(&self) -> Result<Option<Stored>, StorageError> {
+    /// The server's fencing floor (`GET /v1/storage`), failing as `op`.
+    async fn read_floor(&self, op: &'static str) -> Result<u64, StorageError> {
         let info: StorageInfo = self
             .call(Method::GET, "/v1/storage", None, REQUEST_TIMEOUT)
             .await
-            .map_err(|f| self.fail(f, "get"))?;
-        let floor = fencing("fencing floor", &info.fencing_floor)?;
+            .map_err(|f| self.fail(f, op))?;
+        fencing("fencing floor", &info.fencing_floor)
+    }
+
+    async fn floor(&self) -> Result<Option<Stored>, StorageError> {
+        let floor = self.read_floor("get").await?;
         let now = now_ts();
         Ok((floor > 0).then(|| Stored {
             record: LockRecord {
@@ -773,10 +778,6 @@ impl DelegatedAdmin for RemoteStorage {
     }
 
     async fn fencing_floor(&self) -> Result<u64, StorageError> {
-        let info: StorageInfo = self
-            .call(Method::GET, "/v1/storage", None, REQUEST_TIMEOUT)
-            .await
-            .map_err(|f| self.fail(f, "fencing_floor"))?;
-        fencing("fencing floor", &info.fencing_floor)
+        self.read_floor("fencing_floor").await
     }
 }
