@@ -149,4 +149,6 @@ sl_protoc && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_dat
   && sl_nats && sl_s3 \
   || return 1 2>/dev/null || exit 1
 
-export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli}"
+# The NATS URL says durability=unverified: its R1 bucket is durable because this server runs
+# with sync_interval: always, which clients cannot read (the CLI warns until the URL says so).
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli}"

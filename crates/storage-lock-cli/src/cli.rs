@@ -29,7 +29,8 @@ Exit codes:
            holds its lock (renew/release)
   77       not allowed: a lock server refused the token or its grants (401/403)
   78       the storage's configuration cannot keep the guarantees (e.g. Redis without
-           appendfsync always), a bad certificate file for serve --tls-*
+           appendfsync always), `check`: its durability is unverified, a bad certificate
+           file for serve --tls-*
   70       internal error (a bug: please report it)
   126/127  `run`: the command could not be executed / was not found
 
@@ -82,7 +83,8 @@ pub enum Command {
     /// Admin: free NAME whoever holds it (a holder gone for good); asks first on a terminal.
     Break(BreakArgs),
     /// Show what the storage promises (clock, durability, capabilities); exit 78 if it cannot
-    /// keep the lock's guarantees.
+    /// keep the lock's guarantees or its durability is unverified (accept that with
+    /// durability=unverified in the URL).
     Check(CheckArgs),
     /// Serve the storage's locks on one port until SIGTERM / Ctrl-C: the HTTP JSON API
     /// (OpenAPI at /openapi.json), gRPC with sessions, a live web page at /ui, Prometheus
@@ -323,6 +325,10 @@ pub struct BreakArgs {
 pub struct CheckArgs {
     /// The storage to check (default: --storage, $STORAGE_LOCK_URL, or the default SQLite file).
     pub url: Option<String>,
+    /// One JSON object: storage, backend, server_storage, clock, durability, durability_note,
+    /// capabilities, round_trips, verdict (ok, unverified, unsafe) and problems.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The longest `--wait` (100 years of 365.25 days): longer waits are `--wait-forever`.

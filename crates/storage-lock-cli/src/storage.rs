@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use storage_lock::{HolderInfo, SqliteStorage, Storage, StorageLock};
+use storage_lock::{Capabilities, Durability, HolderInfo, SqliteStorage, Storage, StorageLock};
 
 use crate::exit::{self, Failure};
 
@@ -37,12 +37,17 @@ pub struct Opened {
     /// The storage as shown to people: the URL without its password, a SQLite path resolved
     /// to an absolute one (a relative `sqlite://` path depends on the working directory).
     pub shown: String,
+    /// The URL accepts a storage whose durability cannot be verified (`durability=unverified`,
+    /// or `durability=volatile`, which accepts more): see [`accepts_unverified`].
+    pub unverified_accepted: bool,
 }
 
 /// Opens the storage `url` names, or the default when `url` is `None`; holds are recorded with
 /// `holder` (host, pid, and no note: notes come with each acquisition). Unless `quiet`, warns
 /// on stderr when the storage is process-local (`memory:`): it excludes nothing across
-/// processes.
+/// processes; and when its durability is unverified (see [`accepts_unverified`]): a storage
+/// that forgets acknowledged writes on a restart grants a held lock twice, and nothing else
+/// would tell the user (the backend's own warning shows only with `-v`).
 ///
 /// Errors: unknown scheme or malformed URL → usage; cannot open / not fit for locking → storage.
 pub async fn open(url: Option<&str>, holder: HolderInfo, quiet: bool) -> Result<Opened, Failure> {
@@ -77,11 +82,16 @@ pub async fn open(url: Option<&str>, holder: HolderInfo, quiet: bool) -> Result<
         }
     };
     tracing::debug!(storage = storage.name(), "storage opened");
-    if !quiet && storage.capabilities().process_local {
+    let caps = storage.capabilities();
+    if !quiet && caps.process_local {
         eprintln!(
             "storage-lock: warning: storage {:?} is process-local; it excludes nothing across processes",
             storage.name()
         );
+    }
+    let unverified_accepted = url.is_some_and(accepts_unverified);
+    if !quiet && caps.durability == Durability::Unverified && !unverified_accepted {
+        eprintln!("storage-lock: warning: {}", unverified_warning(&caps));
     }
     let locks = StorageLock::builder_arc(storage.clone())
         .holder(holder)
@@ -91,7 +101,31 @@ pub async fn open(url: Option<&str>, holder: HolderInfo, quiet: bool) -> Result<
         storage,
         locks,
         shown,
+        unverified_accepted,
     })
+}
+
+/// Whether `url` says that its operator made sure of what the backend could not verify:
+/// `durability=unverified` in its query (or `durability=volatile`, which accepts a storage
+/// known to forget writes, so an unverified one too). Without it, a storage of
+/// [`Durability::Unverified`] gets a warning on every command and fails `check` (exit 78).
+pub fn accepts_unverified(url: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, query)| {
+        query
+            .split(['&', '#'])
+            .any(|p| p == "durability=unverified" || p == "durability=volatile")
+    })
+}
+
+/// The one-line warning (and `check`'s reason) for a storage of [`Durability::Unverified`].
+pub fn unverified_warning(caps: &Capabilities) -> String {
+    format!(
+        "durability unverified: {}; a storage that forgets acknowledged writes on a restart \
+         grants a held lock twice and repeats fencing tokens. Once you made sure, say so with \
+         durability=unverified in the URL",
+        caps.durability_note
+            .unwrap_or("the backend could not read the settings that decide it")
+    )
 }
 
 /// The default SQLite file (see the module docs).
@@ -261,6 +295,19 @@ mod tests {
         ] {
             assert!(check_url(good).is_ok(), "{good}");
         }
+    }
+
+    #[test]
+    fn only_the_query_accepts_unverified_durability() {
+        assert!(accepts_unverified(
+            "nats://h:4222?bucket=b&durability=unverified"
+        ));
+        assert!(accepts_unverified("redis://h/?durability=volatile"));
+        assert!(!accepts_unverified("redis://h/?durability=durable"));
+        assert!(!accepts_unverified("redis://h/"));
+        assert!(!accepts_unverified(
+            "sqlite:///tmp/durability=unverified.db"
+        ));
     }
 
     #[test]

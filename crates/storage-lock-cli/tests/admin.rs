@@ -84,22 +84,109 @@ fn check_reports_durable_backends_ok_and_refuses_volatile_ones() {
         let out = output_within(&mut cli(dir.path(), &url, &["check"]), LIMIT);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{url}: {out:?}");
+        assert!(stdout.starts_with("storage: "), "{url}: {stdout}");
         // An R1 NATS bucket is durable only with the server's `sync_interval: always`, which
-        // clients cannot see (the test server has it).
-        let expected = if url.starts_with("nats:") {
-            "durability: unverified"
+        // clients cannot see (the test server has it, and the test URL says so).
+        let (durability, verdict) = if url.starts_with("nats:") {
+            (
+                "durability: unverified (a bucket with fewer than 3 replicas",
+                "verdict: ok (durability unverified, accepted by durability=unverified",
+            )
         } else {
-            "durability: durable"
+            ("durability: durable", "verdict: ok")
         };
-        assert!(stdout.contains(expected), "{url}: {stdout}");
-        assert!(stdout.contains("verdict: ok"), "{url}: {stdout}");
+        assert!(stdout.contains(durability), "{url}: {stdout}");
+        assert!(stdout.contains(verdict), "{url}: {stdout}");
+        assert!(
+            !stdout.contains("see the backend's documentation"),
+            "{url}: {stdout}"
+        );
     }
+    // memory: process-local, so volatile whatever its in-process promise.
     let out = output_within(&mut cli(dir.path(), "memory:", &["check"]), LIMIT);
     assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("durability: volatile (process-local"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("verdict: unsafe"), "{stdout}");
     let sqlite = format!("sqlite://{}/v.db?durability=volatile", dir.path().display());
     let out = output_within(&mut cli(dir.path(), &sqlite, &["check"]), LIMIT);
     assert_eq!(out.status.code(), Some(78), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("VOLATILE"));
+}
+
+/// `check --json` is one object with the resolved storage, the capabilities and the verdict.
+#[test]
+fn check_json_names_the_storage_and_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/j.db", dir.path().display());
+    let out = output_within(&mut cli(dir.path(), &url, &["check", "--json"]), LIMIT);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["storage"], url.as_str());
+    assert_eq!(v["backend"], "sqlite");
+    assert_eq!(v["durability"], "durable");
+    assert_eq!(v["clock"], "storage");
+    assert_eq!(v["verdict"], "ok");
+    assert_eq!(v["problems"], serde_json::json!([]));
+    let out = output_within(&mut cli(dir.path(), "memory:", &["check", "--json"]), LIMIT);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "unsafe");
+    assert_eq!(v["durability"], "volatile");
+    assert!(v["problems"].as_array().unwrap().len() >= 2, "{v}");
+}
+
+/// A storage whose durability cannot be verified (an R1 NATS bucket: the server's
+/// `sync_interval` is invisible to clients) is never used silently: `check` says `unverified`
+/// with the reason and exits 78, and every command warns on stderr without `-v`, until the URL
+/// says `durability=unverified` (before, `check` said "verdict: ok" and `run` printed nothing).
+#[test]
+fn unverified_durability_fails_check_and_warns_until_the_url_accepts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats = std::env::var("STORAGE_LOCK_NATS_URL")
+        .expect("STORAGE_LOCK_NATS_URL must name a NATS server (run scripts/test.sh)");
+    let url = format!("{nats}?bucket=storage-lock-cli");
+    let out = output_within(&mut cli(dir.path(), &url, &["check"]), LIMIT);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verdict: unverified"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sync_interval") && stderr.contains("durability=unverified"),
+        "{stderr}"
+    );
+    let out = output_within(&mut cli(dir.path(), &url, &["check", "--json"]), LIMIT);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "unverified", "{v}");
+    assert!(
+        v["durability_note"].as_str().unwrap().contains("replicas"),
+        "{v}"
+    );
+    assert_eq!(v["clock"], "client", "{v}");
+
+    let name = unique("unverified");
+    let out = output_within(
+        &mut cli(dir.path(), &url, &["run", &name, "--", "true"]),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: durability unverified"),
+        "run must warn without -v: {stderr}"
+    );
+
+    let accepted = format!("{url}&durability=unverified");
+    let out = output_within(
+        &mut cli(dir.path(), &accepted, &["run", &name, "--", "true"]),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{out:?}");
+    let out = output_within(&mut cli(dir.path(), &accepted, &["check"]), LIMIT);
+    assert!(out.status.success(), "{out:?}");
 }
 
 /// `inspect` names the storage it read, a relative SQLite path resolved to an absolute one (it

@@ -221,6 +221,16 @@ fn the_cli_works_against_a_server() {
     );
     let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     assert!(support::is_held(dir.path(), url, "cli/script"));
+    // `check` judges the storage behind the server (its `GET /v1/storage`).
+    let check = support::cli(dir.path(), url, &["check", "--json"])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    let v: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert_eq!(v["backend"], "remote", "{v}");
+    assert_eq!(v["server_storage"], "sqlite", "{v}");
+    assert_eq!(v["durability"], "durable", "{v}");
+    assert_eq!(v["verdict"], "ok", "{v}");
     let list = support::cli(dir.path(), url, &["list"]).output().unwrap();
     assert!(String::from_utf8_lossy(&list.stdout).contains("cli/script"));
     assert!(

@@ -93,6 +93,8 @@ pub struct RemoteStorage {
     base: String,
     token: Option<String>,
     capabilities: Capabilities,
+    /// The backend of the server's storage (`GET /v1/storage`).
+    backend: String,
 }
 
 impl fmt::Debug for RemoteStorage {
@@ -131,6 +133,7 @@ impl From<Holder> for HolderInfo {
 
 #[derive(Deserialize)]
 struct StorageInfo {
+    backend: String,
     durability: String,
     linearizable_cas: bool,
     fencing_floor: String,
@@ -288,9 +291,18 @@ pub(crate) fn parse_url(url: &str) -> Result<Endpoint, StorageError> {
             "ca" => ca = Some(std::path::PathBuf::from(v)),
             "cert" => cert = Some(std::path::PathBuf::from(v)),
             "key" => key = Some(std::path::PathBuf::from(v)),
+            // The operator made sure of a server storage that cannot verify its durability
+            // (the CLI then stops warning); the server's storage decides everything else.
+            "durability" if v == "unverified" => {}
+            "durability" => {
+                return Err(bad(
+                    "durability=unverified is the only durability option (the server's storage \
+                     decides the rest)",
+                ));
+            }
             other => {
                 return Err(bad(&format!(
-                    "unknown option {other:?} (known: token, ca, cert, key)"
+                    "unknown option {other:?} (known: token, ca, cert, key, durability)"
                 )));
             }
         }
@@ -356,20 +368,24 @@ impl RemoteStorage {
             base: endpoint.base,
             token: endpoint.token,
             capabilities: Capabilities::linearizable(),
+            backend: String::new(),
         };
         let info: StorageInfo = storage
             .call(Method::GET, "/v1/storage", None, REQUEST_TIMEOUT)
             .await
             .map_err(|f| storage.fail(f, "connect"))?;
-        let durability = match info.durability.as_str() {
-            "durable" => Durability::Durable,
-            "volatile" => Durability::Volatile,
-            _ => Durability::Unverified,
-        };
-        storage.capabilities = Capabilities::linearizable()
-            .with_durability(durability)
+        let caps = Capabilities::linearizable()
             .with_change_notifications(true)
             .with_linearizable_cas(info.linearizable_cas);
+        storage.capabilities = match info.durability.as_str() {
+            "durable" => caps.with_durability(Durability::Durable),
+            "volatile" => caps.with_durability(Durability::Volatile),
+            _ => caps.with_unverified_durability(
+                "the lock server's storage could not verify its durability (`storage-lock \
+                 check` with the server's storage URL says why)",
+            ),
+        };
+        storage.backend = info.backend;
         Ok(storage)
     }
 
@@ -724,6 +740,10 @@ struct Swept {
 /// `POST /v1/sweep`, `GET /v1/storage`); they need a token with the `admin` grant.
 #[async_trait]
 impl DelegatedAdmin for RemoteStorage {
+    fn backend(&self) -> &str {
+        &self.backend
+    }
+
     async fn force_release(
         &self,
         key: &str,

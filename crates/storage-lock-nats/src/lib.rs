@@ -36,7 +36,8 @@
 //! * **Refused** unless accepted like memory storage: a bucket with a `max_age` (it would expire
 //!   released records, and with them their fencing tokens) and a bucket that mirrors or sources
 //!   another (an asynchronous copy).
-//! * **Not safe**: NATS servers older than 2.10 (async-nats's KV needs 2.10+).
+//! * **Refused**: NATS servers older than 2.10 (async-nats's KV needs 2.10+): opening fails with
+//!   a [`StorageError::Config`] that names the server's version.
 //!
 //! # URL
 //! `nats://[user:password@]host:4222[,host:4222…][?bucket=B&prefix=P&replicas=N&timeout=2s&durability=volatile]`
@@ -132,6 +133,29 @@ fn invalid(reason: impl Into<String>) -> StorageError {
     StorageError::config(NAME, reason)
 }
 
+/// The oldest nats-server whose JetStream key-value API async-nats speaks (older servers answer
+/// in a form the client cannot decode).
+const OLDEST_SERVER: (u64, u64) = (2, 10);
+
+/// A [`StorageError::Config`] naming both versions if `version` (the server's `INFO`) is older
+/// than [`OLDEST_SERVER`]; a version that does not parse (a development build) passes.
+fn check_server_version(version: &str) -> Result<(), StorageError> {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(str::parse::<u64>);
+    if let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) {
+        if (major, minor) < OLDEST_SERVER {
+            let (want_major, want_minor) = OLDEST_SERVER;
+            return Err(invalid(format!(
+                "nats-server {version} is too old: this backend needs {want_major}.{want_minor} \
+                 or later"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl NatsStorageBuilder {
     /// A builder with defaults: bucket `storage-lock`, no prefix, one replica (for a bucket it
     /// creates), 2 s per request, the system clock.
@@ -192,10 +216,17 @@ impl NatsStorageBuilder {
             b.timeout = timeout;
         }
         if let Some(v) = u.take("durability") {
-            if v != "volatile" {
-                return Err(invalid(format!("bad durability {v:?} (only: volatile)")));
-            }
-            b.allow_volatile = true;
+            // `unverified`: the operator made sure of what clients cannot read (the CLI then
+            // stops warning); the storage opens as without it.
+            b.allow_volatile = match v.as_str() {
+                "volatile" => true,
+                "durable" | "unverified" => false,
+                _ => {
+                    return Err(invalid(format!(
+                        "bad durability {v:?} (durable, unverified or volatile)"
+                    )));
+                }
+            };
         }
         u.finish(&["bucket", "prefix", "replicas", "timeout", "durability"])
             .map_err(invalid)?;
@@ -297,6 +328,7 @@ impl NatsStorageBuilder {
         let client = async_nats::connect_with_options(addrs, options)
             .await
             .map_err(err("open"))?;
+        check_server_version(&client.server_info().version)?;
         let mut js = async_nats::jetstream::new(client);
         js.set_timeout(self.timeout);
         let store = match js.get_key_value(&self.bucket).await {
@@ -419,11 +451,18 @@ impl Storage for NatsStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::linearizable()
+        let caps = Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_change_notifications(true)
-            .with_time_source(TimeSource::Injected)
-            .with_durability(self.durability)
+            .with_time_source(TimeSource::Injected);
+        match self.durability {
+            Durability::Unverified => caps.with_unverified_durability(
+                "a bucket with fewer than 3 replicas keeps acknowledged writes through a \
+                 machine crash only if the server runs with jetstream { sync_interval: always }, \
+                 which clients cannot read",
+            ),
+            durability => caps.with_durability(durability),
+        }
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
@@ -564,6 +603,21 @@ impl NotificationSource for WatchSource {
                 }
                 Some(Err(_)) | None => return SourceEvent::Disconnected,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_server_version;
+
+    #[test]
+    fn a_server_older_than_2_10_is_refused_by_name() {
+        let e = check_server_version("2.9.10").unwrap_err().to_string();
+        assert!(e.contains("nats-server 2.9.10 is too old"), "{e}");
+        assert!(e.contains("2.10 or later"), "{e}");
+        for ok in ["2.10.0", "2.14.6", "v2.11.0-beta.1", "3.0.0", "dev"] {
+            assert!(check_server_version(ok).is_ok(), "{ok}");
         }
     }
 }

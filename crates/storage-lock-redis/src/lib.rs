@@ -465,10 +465,17 @@ impl Storage for RedisStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::linearizable()
+        let caps = Capabilities::linearizable()
             .with_conditional_delete(true)
-            .with_change_notifications(true)
-            .with_durability(self.durability)
+            .with_change_notifications(true);
+        match self.durability {
+            Durability::Unverified => caps.with_unverified_durability(
+                "the server refuses CONFIG GET (managed services do), so its persistence \
+                 could not be read: held locks and fencing tokens survive its restart only \
+                 with appendonly yes, appendfsync always and no allkeys-* eviction",
+            ),
+            durability => caps.with_durability(durability),
+        }
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

@@ -126,3 +126,21 @@ fn judge() {
     assert!(judge_durability("yes", "no", "noeviction").is_err());
     assert!(judge_durability("yes", "always", "allkeys-random").is_err());
 }
+
+/// A server that hides `CONFIG` (managed services rename or refuse it) opens as
+/// `Unverified`, with a note that names what the operator must make sure of; the CLI shows it
+/// (a warning on every command, `check` exits 78) until the URL says `durability=unverified`.
+#[tokio::test]
+async fn a_server_that_hides_config_opens_unverified_and_says_why() {
+    let server = Server::start(&["--appendonly", "no", "--rename-command", "CONFIG", ""]);
+    let s = RedisStorage::connect(&server.url()).await.unwrap();
+    let caps = s.capabilities();
+    assert_eq!(caps.durability, Durability::Unverified);
+    let note = caps
+        .durability_note
+        .expect("a note on what to make sure of");
+    assert!(
+        note.contains("CONFIG GET") && note.contains("appendfsync always"),
+        "{note}"
+    );
+}

@@ -238,14 +238,16 @@ fn checked_driver_url(url: &str, verdict: Result<(), String>) -> Result<(), Conn
     feature = "redis"
 ))]
 /// `durability=volatile` accepts a server that can forget writes; `durability=durable` is the
-/// default.
+/// default; `durability=unverified` opens as the default does (a server whose settings cannot
+/// be read opens as [`storage_lock_core::Durability::Unverified`]) and tells the CLI that the
+/// operator made sure of them, so it neither warns nor fails `check`.
 fn volatile(url: &str, value: &str) -> Result<bool, ConnectError> {
     match value {
         "volatile" => Ok(true),
-        "durable" => Ok(false),
+        "durable" | "unverified" => Ok(false),
         other => Err(ConnectError::InvalidUrl {
             url: redact_url(url),
-            reason: format!("durability must be durable or volatile, not {other:?}"),
+            reason: format!("durability must be durable, unverified or volatile, not {other:?}"),
         }),
     }
 }

@@ -80,82 +80,176 @@ fn round_trips(backend: &str) -> &'static str {
         "postgres" => "1 / 1 / 1 (one statement each, on the server clock; a busy acquire 2)",
         "mysql" => "2 / 1 / 1 (no RETURNING from an upsert)",
         "redis" => "1 / 1 / 1 (one Lua script each, on Redis TIME)",
+        "etcd" => "2 / 2 / 2 (a read, then one compare-and-set Txn)",
+        "nats" => "2 / 2 / 2 (a read, then one revision-checked write)",
+        "object-store" => "2 / 2 / 2 (a GET, then one conditional PUT)",
+        "remote" => "1 / 1 / 1 requests to the lock server (plus its storage's own behind it)",
         _ => "see the backend's documentation",
     }
 }
 
-/// Runs `check [URL]`: prints the backend, its clock, durability and capabilities, one per
-/// line; exits 78 if the storage cannot keep the lock's guarantees (it can forget writes, it is
-/// process-local, its compare-and-set is not linearizable, it has no clock) and 0 otherwise.
-/// A storage that refuses to open on such settings exits 78 with its reason.
-pub async fn check(args: CheckArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
+/// `check`'s verdict: `ok` (exit 0), `unverified` (the storage's durability could not be
+/// read and the URL does not accept that: exit 78) or `unsafe` (it cannot keep the lock's
+/// guarantees: exit 78).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Ok,
+    Unverified,
+    Unsafe,
+}
+
+/// Runs `check [URL]`: prints the storage it judged (the resolved URL, without a password),
+/// the backend (for a lock server, the one behind it), its clock, durability and capabilities,
+/// one per line or as one JSON object (`--json`), and the verdict. Exits 0 on `ok`; 78 when
+/// the storage cannot keep the lock's guarantees (it can forget writes, it is process-local,
+/// its compare-and-set is not linearizable, it has no clock) or when its durability is
+/// unverified and the URL does not say `durability=unverified`. A storage that refuses to open
+/// on such settings exits 78 with its reason.
+pub async fn check(args: CheckArgs, url: Option<&str>, _quiet: bool) -> Result<u8, Failure> {
     let url = args.url.as_deref().or(url);
-    let opened = storage::open(url, HolderInfo::this_process(), quiet).await?;
+    // `check` reports what `open` would warn about itself.
+    let opened = storage::open(url, HolderInfo::this_process(), true).await?;
     let caps = opened.storage.capabilities();
-    let clock = match caps.time_source {
-        TimeSource::Server => "the storage's own clock",
-        TimeSource::Injected => "an injected clock",
-        _ => "none",
-    };
-    let durability = match caps.durability {
-        Durability::Durable => "durable (acknowledged writes survive a crash)",
-        Durability::Unverified => "unverified (the server's settings could not be read)",
-        _ => {
-            "VOLATILE (accepted with durability=volatile: a restart can break exclusion and fencing)"
-        }
-    };
-    let yes_no = |b: bool| if b { "yes" } else { "no" };
-    let lines = [
-        format!("backend: {}", opened.storage.name()),
-        format!("clock: {clock}"),
-        format!("durability: {durability}"),
-        format!(
-            "linearizable compare-and-set: {}",
-            yes_no(caps.linearizable_cas)
-        ),
-        format!(
-            "exclusion across processes: {}",
-            yes_no(!caps.process_local)
-        ),
-        format!(
-            "conditional delete (sweep): {}",
-            yes_no(caps.conditional_delete)
-        ),
-        format!(
-            "change notifications (hand-off without polling): {}",
-            yes_no(caps.change_notifications)
-        ),
-        format!(
-            "round trips per acquire / renew / release: {}",
-            round_trips(opened.storage.name())
-        ),
-    ];
-    for line in lines {
-        let _ = output::emit(line);
-    }
+    let backend = opened.storage.name();
+    let behind = opened
+        .storage
+        .delegated_admin()
+        .map(|admin| admin.backend().to_owned());
     let mut problems = Vec::new();
     if !caps.linearizable_cas {
-        problems.push("its compare-and-set is not linearizable");
+        problems.push("its compare-and-set is not linearizable".to_owned());
     }
     if caps.process_local {
-        problems.push("it excludes nothing across processes");
+        problems.push("it excludes nothing across processes".to_owned());
     }
     if caps.time_source == TimeSource::None {
-        problems.push("it has no clock to judge expiry by");
+        problems.push("it has no clock to judge expiry by".to_owned());
     }
-    if caps.durability == Durability::Volatile {
-        problems.push("it can forget held locks and fencing tokens on a restart");
+    if caps.durability == Durability::Volatile || caps.process_local {
+        problems.push("it can forget held locks and fencing tokens on a restart".to_owned());
     }
-    if problems.is_empty() {
-        let _ = output::emit("verdict: ok");
-        Ok(0)
+    let unverified = caps.durability == Durability::Unverified && !caps.process_local;
+    let verdict = if !problems.is_empty() {
+        Verdict::Unsafe
+    } else if unverified && !opened.unverified_accepted {
+        Verdict::Unverified
     } else {
-        Err(Failure::new(
+        Verdict::Ok
+    };
+    let (clock, clock_text) = match caps.time_source {
+        TimeSource::Server => ("storage", "the storage's own clock"),
+        TimeSource::Injected => (
+            "client",
+            "each client's own clock (one that runs ahead of the others by d ends their \
+             holds up to d early: keep clocks in sync)",
+        ),
+        _ => ("none", "none"),
+    };
+    let (durability, durability_text) = if caps.process_local {
+        (
+            "volatile",
+            "volatile (process-local: it lives as long as this process)".to_owned(),
+        )
+    } else {
+        match caps.durability {
+            Durability::Durable => (
+                "durable",
+                "durable (acknowledged writes survive a crash)".to_owned(),
+            ),
+            Durability::Unverified => (
+                "unverified",
+                format!(
+                    "unverified ({})",
+                    caps.durability_note
+                        .unwrap_or("the backend could not read the settings that decide it")
+                ),
+            ),
+            _ => (
+                "volatile",
+                "VOLATILE (accepted with durability=volatile: a restart can break exclusion and \
+                 fencing)"
+                    .to_owned(),
+            ),
+        }
+    };
+    let verdict_name = match verdict {
+        Verdict::Ok => "ok",
+        Verdict::Unverified => "unverified",
+        Verdict::Unsafe => "unsafe",
+    };
+    if args.json {
+        let value = serde_json::json!({
+            "storage": opened.shown,
+            "backend": backend,
+            "server_storage": behind,
+            "clock": clock,
+            "durability": durability,
+            "durability_note": if unverified { caps.durability_note } else { None },
+            "unverified_accepted": unverified && opened.unverified_accepted,
+            "linearizable_cas": caps.linearizable_cas,
+            "process_local": caps.process_local,
+            "conditional_delete": caps.conditional_delete,
+            "change_notifications": caps.change_notifications,
+            "round_trips": round_trips(backend),
+            "verdict": verdict_name,
+            "problems": problems,
+        });
+        let _ = output::emit(value);
+    } else {
+        let yes_no = |b: bool| if b { "yes" } else { "no" };
+        let backend_text = match &behind {
+            Some(behind) => format!("{backend} (a lock server; its storage: {behind})"),
+            None => backend.to_owned(),
+        };
+        let verdict_text = match verdict {
+            Verdict::Ok if unverified => {
+                "ok (durability unverified, accepted by durability=unverified in the URL)"
+            }
+            _ => verdict_name,
+        };
+        let lines = [
+            format!("storage: {}", opened.shown),
+            format!("backend: {backend_text}"),
+            format!("clock: {clock_text}"),
+            format!("durability: {durability_text}"),
+            format!(
+                "linearizable compare-and-set: {}",
+                yes_no(caps.linearizable_cas)
+            ),
+            format!(
+                "exclusion across processes: {}",
+                yes_no(!caps.process_local)
+            ),
+            format!(
+                "conditional delete (sweep): {}",
+                yes_no(caps.conditional_delete)
+            ),
+            format!(
+                "change notifications (hand-off without polling): {}",
+                yes_no(caps.change_notifications)
+            ),
+            format!(
+                "round trips per acquire / renew / release: {}",
+                round_trips(backend)
+            ),
+            format!("verdict: {verdict_text}"),
+        ];
+        for line in lines {
+            let _ = output::emit(line);
+        }
+    }
+    match verdict {
+        Verdict::Ok => Ok(0),
+        Verdict::Unverified => Err(Failure::new(
+            exit::CONFIG,
+            storage::unverified_warning(&caps),
+        )),
+        Verdict::Unsafe => Err(Failure::new(
             exit::CONFIG,
             format!(
                 "this storage cannot keep the lock's guarantees: {}",
                 problems.join("; ")
             ),
-        ))
+        )),
     }
 }

@@ -24,8 +24,10 @@ pub enum Durability {
     /// Every acknowledged write survives a crash of the server (checked at open, or true by
     /// construction). For a process-local storage: as long as the process that holds it.
     Durable,
-    /// The server's settings could not be read (a managed service that hides them); a warning
-    /// was logged once at open. Durable only if the operator made it so.
+    /// What decides it could not be seen (a managed service that hides its settings, a setting
+    /// that clients cannot read); [`Capabilities::durability_note`] says what. A warning was
+    /// logged once at open. Durable only if the operator made it so; one who did says so with
+    /// `?durability=unverified` in the URL (the CLI warns, and `check` fails, until then).
     Unverified,
     /// The caller accepted a storage that can forget writes on a restart: exclusion and
     /// fencing can break then.
@@ -80,6 +82,9 @@ pub struct Capabilities {
     pub process_local: bool,
     /// Whether acknowledged writes survive a crash (see [`Durability`]).
     pub durability: Durability,
+    /// With [`Durability::Unverified`]: what the backend could not see, and so what the
+    /// operator must make sure of (shown by `storage-lock check` and warned about by the CLI).
+    pub durability_note: Option<&'static str>,
 }
 
 impl Capabilities {
@@ -93,7 +98,16 @@ impl Capabilities {
             change_notifications: false,
             process_local: false,
             durability: Durability::Durable,
+            durability_note: None,
         }
+    }
+
+    /// Sets [`Self::durability`] to [`Durability::Unverified`] with its
+    /// [`Self::durability_note`]: what the operator must make sure of.
+    pub const fn with_unverified_durability(mut self, note: &'static str) -> Self {
+        self.durability = Durability::Unverified;
+        self.durability_note = Some(note);
+        self
     }
 
     /// Sets [`Self::durability`].

@@ -151,6 +151,9 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
 /// [`Storage::delegated_admin`]); each keeps the contract of its [`StorageExt`] namesake.
 #[async_trait]
 pub trait DelegatedAdmin: Send + Sync {
+    /// The backend of the storage that the delegate runs on (a lock server's own storage:
+    /// `postgres`, `redis`, …), for people: `storage-lock check` prints it.
+    fn backend(&self) -> &str;
     /// As [`StorageExt::force_release`] (`Some(fencing)`: [`StorageExt::force_release_if`]).
     async fn force_release(
         &self,
