@@ -65,6 +65,29 @@ impl ServerOptions {
     }
 }
 
+/// Makes one connection outside the pool and closes it again, so that an unreachable server or
+/// a refused login fails `open` at once with the driver's reason ("Connection refused",
+/// "password authentication failed"): the pool retries failed connects until its
+/// `acquire_timeout` and then reports only that it timed out.
+pub(crate) async fn probe<C: sqlx::Connection>(
+    backend: &'static str,
+    options: &C::Options,
+    timeout: Duration,
+) -> Result<(), StorageError> {
+    match tokio::time::timeout(timeout, C::connect_with(options)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(StorageError::backend(backend, "open", e)),
+        Err(_) => Err(StorageError::backend(
+            backend,
+            "open",
+            format!("no connection within {timeout:?}"),
+        )),
+    }
+}
+
 /// The setters of [`ServerOptions`] for a builder with a `server` field.
 macro_rules! server_setters {
     ($url_form:literal) => {
