@@ -436,7 +436,7 @@ impl Storage for EtcdStorage {
             .get(start, Some(options))
             .await
             .map_err(err("list"))?;
-        let mut entries = Vec::with_capacity(resp.kvs().len());
+        let mut rows = Vec::with_capacity(resp.kvs().len());
         for kv in resp.kvs() {
             let Some(key) = kv
                 .key()
@@ -445,15 +445,18 @@ impl Storage for EtcdStorage {
             else {
                 continue; // not a key this storage wrote
             };
-            entries.push((
-                key.to_owned(),
-                Stored {
-                    record: decode_record(key, kv.value())?,
+            // A record that does not decode is reported with its key, not fatal to the page.
+            let row = match decode_record(key, kv.value()) {
+                Ok(record) => Ok(Stored {
+                    record,
                     version: revision_version(kv.mod_revision()),
-                },
-            ));
+                }),
+                Err(StorageError::Corrupt { reason, .. }) => Err(reason),
+                Err(e) => return Err(e),
+            };
+            rows.push((key.to_owned(), row));
         }
-        Ok(Page::from_sorted(entries, limit))
+        Ok(Page::from_sorted_results(rows, limit))
     }
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {

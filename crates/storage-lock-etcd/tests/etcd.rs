@@ -63,3 +63,29 @@ async fn the_documented_open_works() {
         .expect("connect");
     assert!(storage.capabilities().linearizable_cas);
 }
+
+/// `host:port` of every member named by an `etcd://` URL (no credentials in the test's URL).
+fn endpoints(url: &str) -> Vec<String> {
+    let hosts = url.trim_start_matches("etcd://");
+    let hosts = hosts.split(['?', '/']).next().unwrap_or(hosts);
+    hosts.split(',').map(str::to_owned).collect()
+}
+
+/// A value under the prefix that is no storage-lock record is one bad row of a listing, named
+/// by its key (before, it failed the whole listing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_record_is_one_bad_row() {
+    let url = std::env::var("STORAGE_LOCK_ETCD_URL").expect("STORAGE_LOCK_ETCD_URL");
+    let mut raw = etcd_client::Client::connect(endpoints(&url), None)
+        .await
+        .expect("a raw etcd client");
+    storage_lock_testkit::conformance::a_corrupt_record_is_one_bad_row(
+        etcd().await,
+        |key| async move {
+            raw.put(format!("storage-lock-suite/{key}"), "garbage", None)
+                .await
+                .expect("a raw put");
+        },
+    )
+    .await;
+}

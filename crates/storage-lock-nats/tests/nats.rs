@@ -119,3 +119,29 @@ async fn the_documented_open_works() {
         .expect("connect");
     assert!(storage.capabilities().linearizable_cas);
 }
+
+/// A value under the prefix that is no storage-lock record is one bad row of a listing, named
+/// by its key (before, it failed the whole listing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_record_is_one_bad_row() {
+    let url = std::env::var("STORAGE_LOCK_NATS_URL").expect("STORAGE_LOCK_NATS_URL");
+    let server = url.trim_start_matches("nats://");
+    let server = server.split(['?', ',']).next().unwrap_or(server).to_owned();
+    let client = async_nats::connect(server)
+        .await
+        .expect("a raw NATS client");
+    let bucket = async_nats::jetstream::new(client)
+        .get_key_value("storage-lock-suite")
+        .await
+        .expect("the suite's bucket");
+    let storage = nats().await;
+    storage_lock_testkit::conformance::a_corrupt_record_is_one_bad_row(storage, |key| async move {
+        // The storage's key: the (empty) prefix, then the escaped lock name.
+        let escaped = storage_lock_core::storage::encoding::escape_key(&key);
+        bucket
+            .put(escaped, "garbage".into())
+            .await
+            .expect("a raw put");
+    })
+    .await;
+}

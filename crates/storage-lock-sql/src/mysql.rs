@@ -134,7 +134,8 @@ impl MysqlStorageBuilder {
         let url = self.server.checked_url(NAME)?;
         let options = MySqlConnectOptions::from_str(url)
             .map_err(|e| StorageError::config(NAME, format!("invalid URL: {e}")))?;
-        crate::server::probe::<MySqlConnection>(NAME, &options, self.server.acquire_timeout).await?;
+        crate::server::probe::<MySqlConnection>(NAME, &options, self.server.acquire_timeout)
+            .await?;
         let pool = MySqlPoolOptions::new()
             .max_connections(self.server.max_connections)
             .acquire_timeout(self.server.acquire_timeout)

@@ -165,7 +165,8 @@ impl PostgresStorageBuilder {
         }
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| StorageError::config(NAME, format!("invalid URL: {e}")))?;
-        crate::server::probe::<sqlx::PgConnection>(NAME, &options, self.server.acquire_timeout).await?;
+        crate::server::probe::<sqlx::PgConnection>(NAME, &options, self.server.acquire_timeout)
+            .await?;
         let pool = PgPoolOptions::new()
             .max_connections(self.server.max_connections)
             .acquire_timeout(self.server.acquire_timeout)

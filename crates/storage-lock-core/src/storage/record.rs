@@ -295,10 +295,12 @@ impl Page {
     /// The page of at most `limit` records read by `read` from `names` (candidate keys in any
     /// order, e.g. from a listing that returns names only; sorted here), skipping names whose
     /// record is gone by the time it is read, so a key deleted meanwhile never ends a listing
-    /// early. Reads up to 16 names at a time, and stops once `limit + 1` records are found.
+    /// early. A record that `read` reports as [`crate::StorageError::Corrupt`] goes to
+    /// [`Self::corrupt`] (one bad record never hides the others). Reads up to 16 names at a
+    /// time, and stops once `limit + 1` records are found.
     ///
     /// # Errors
-    /// The first error of `read`.
+    /// The first error of `read` other than a corrupt record.
     pub async fn gather<F, Fut>(
         mut names: Vec<String>,
         limit: usize,
@@ -311,20 +313,25 @@ impl Page {
         use futures_util::StreamExt;
         names.sort_unstable();
         let limit = limit.max(1);
-        let mut entries = Vec::with_capacity(names.len().min(limit + 1));
+        let mut rows = Vec::with_capacity(names.len().min(limit + 1));
         let mut reads = futures_util::stream::iter(names)
             .map(|name| {
                 let got = read(name.clone());
-                async move { got.await.map(|stored| stored.map(|s| (name, s))) }
+                async move { (name, got.await) }
             })
             .buffered(16);
-        while let Some(entry) = reads.next().await {
-            entries.extend(entry?);
-            if entries.len() > limit {
+        while let Some((name, got)) = reads.next().await {
+            match got {
+                Ok(Some(stored)) => rows.push((name, Ok(stored))),
+                Ok(None) => {}
+                Err(crate::StorageError::Corrupt { reason, .. }) => rows.push((name, Err(reason))),
+                Err(e) => return Err(e),
+            }
+            if rows.len() > limit {
                 break;
             }
         }
-        Ok(Self::from_sorted(entries, limit))
+        Ok(Self::from_sorted_results(rows, limit))
     }
 }
 
