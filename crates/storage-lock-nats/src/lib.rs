@@ -144,14 +144,14 @@ fn check_server_version(version: &str) -> Result<(), StorageError> {
         .trim_start_matches('v')
         .split(['.', '-', '+'])
         .map(str::parse::<u64>);
-    if let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) {
-        if (major, minor) < OLDEST_SERVER {
-            let (want_major, want_minor) = OLDEST_SERVER;
-            return Err(invalid(format!(
-                "nats-server {version} is too old: this backend needs {want_major}.{want_minor} \
-                 or later"
-            )));
-        }
+    if let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next())
+        && (major, minor) < OLDEST_SERVER
+    {
+        let (want_major, want_minor) = OLDEST_SERVER;
+        return Err(invalid(format!(
+            "nats-server {version} is too old: this backend needs {want_major}.{want_minor} or \
+             later"
+        )));
     }
     Ok(())
 }
