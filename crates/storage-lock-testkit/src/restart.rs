@@ -114,8 +114,10 @@ where
     }
 }
 
-/// Holds a lock with the watchdog on and leaves a released one behind, has `restart` kill the
-/// server and start it again, then checks:
+/// Holds a lock with the watchdog on, leaves a released one behind and has a waiter wait for a
+/// third, has `restart` kill the server and start it again, then checks:
+/// * the waiter, which saw storage errors while it waited and is granted its lock after the
+///   restart, keeps the grant for its whole lease (its deadline counts from its own request);
 /// * the held handle either turned lost (no later than its local deadline) or is still held
 ///   *and the storage agrees* (a waiter cannot take it);
 /// * every fencing token issued after the restart is strictly higher than every token issued
@@ -149,9 +151,56 @@ where
     let released_token = r.fencing_token();
     r.release().await.expect("release before the restart");
 
+    // A waiter on a held lock across the restart: it sees storage errors while it waits, and
+    // its grant (well after them) must still be good for its whole lease.
+    let waited = format!("{name}-waited");
+    let wait_lease = Duration::from_secs(5);
+    let blocker = lock
+        .try_acquire(
+            &waited,
+            &AcquireOptions::default()
+                .lease(Duration::from_secs(30))
+                .auto_renew(Duration::from_secs(2)),
+        )
+        .await
+        .expect("acquire before the restart")
+        .expect("free");
+    let waiter = {
+        let (lock, waited) = (lock.clone(), waited.clone());
+        tokio::spawn(async move {
+            let opts = AcquireOptions::default()
+                .wait(Wait::For(Duration::from_secs(120)))
+                .lease(wait_lease)
+                .auto_renew(Duration::from_secs(1));
+            lock.try_acquire(&waited, &opts).await
+        })
+    };
+
     let killed = Instant::now();
     restart.await;
     let back = killed.elapsed();
+
+    // The blocker lets go more than the waiter's lease after the errors the waiter saw, which
+    // all came before the server was back: a grant timed from them would be over at once.
+    sleep(wait_lease + Duration::from_secs(1)).await;
+    let _ = blocker.release().await; // lost in a long outage: then its lease ends it
+    let granted = timeout(Duration::from_secs(120), waiter)
+        .await
+        .expect("the waiter was granted the lock within 120 s")
+        .expect("the waiter task")
+        .expect("waiting survives the storage's restart")
+        .expect("the waiter was granted the lock");
+    assert!(
+        !granted.is_lost(),
+        "a grant after storage errors was lost at once (its deadline was counted from an error \
+         seen while waiting, not from its own request)"
+    );
+    sleep(wait_lease).await;
+    assert!(
+        !granted.is_lost(),
+        "a grant after storage errors was lost within its lease although its watchdog renews"
+    );
+    granted.release().await.expect("release the waiter's grant");
 
     // Past the local deadline of a handle that could not renew during the outage.
     sleep(lease + Duration::from_millis(500)).await;
