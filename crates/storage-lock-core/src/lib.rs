@@ -52,7 +52,7 @@ pub use contract::{
 };
 pub use engine::{
     HoldGone, LockEvent, LockEventKind, OwnedHold, RENEW_BATCH, ReentrantHold, StorageLock,
-    StorageLockBuilder,
+    StorageLockBuilder, describe_metrics,
 };
 pub use fenced::{FencedResource, StaleToken};
 pub use memory::MemoryStorage;

@@ -300,6 +300,24 @@ enum End {
     Shutdown,
 }
 
+/// Counts an open session in `storage_lock_grpc_sessions` while it lives (and once in
+/// `storage_lock_grpc_sessions_total`), however the session ends.
+struct OpenSession;
+
+impl OpenSession {
+    fn count() -> Self {
+        metrics::counter!("storage_lock_grpc_sessions_total").increment(1);
+        metrics::gauge!("storage_lock_grpc_sessions").increment(1.0);
+        Self
+    }
+}
+
+impl Drop for OpenSession {
+    fn drop(&mut self) {
+        metrics::gauge!("storage_lock_grpc_sessions").decrement(1.0);
+    }
+}
+
 impl Session {
     async fn run(
         st: Arc<AppState>,
@@ -339,6 +357,9 @@ impl Session {
             out,
             last_round: tokio::time::Instant::now(),
         };
+        // Declared after `s`, so dropped before it: the gauge is down before the client sees
+        // the stream end (`s` holds the sender).
+        let _open = OpenSession::count();
         s.send(pb::session_event::Kind::Opened(pb::Opened {
             ttl_ms: open.ttl_ms,
         }))

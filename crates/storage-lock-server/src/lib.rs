@@ -89,6 +89,7 @@ use utoipa_axum::routes;
 pub use api::{MAX_LEASE_MS, MAX_WAIT_MS};
 pub use auth::{Auth, AuthFileError, AuthHandle, Permission, hash_token};
 pub use error::{ApiError, ErrorBody};
+pub use observe::{COUNT_HELD_UP_TO, install_prometheus};
 pub use tls::{TlsConfig, TlsError};
 
 /// The largest request body: 64 KiB (larger ones get `413 body_too_large`).
@@ -180,10 +181,12 @@ impl Server {
     }
 
     /// Serves `/metrics` from this recorder handle (install the recorder once per process,
-    /// e.g. `PrometheusBuilder::new().install_recorder()`); the engine's and the server's
-    /// metrics are recorded through the `metrics` facade either way.
+    /// with [`install_prometheus`] for histograms with explicit buckets) and gives every
+    /// metric its help text; the engine's and the server's metrics are recorded through the
+    /// `metrics` facade either way. The `observe` module docs list them.
     #[must_use]
     pub fn metrics(mut self, handle: PrometheusHandle) -> Self {
+        observe::describe();
         self.metrics = Some(handle);
         self
     }
@@ -237,22 +240,27 @@ impl Server {
             )
             .route(
                 "/metrics",
-                get(move || {
-                    let m = metrics.as_ref().map(PrometheusHandle::render);
-                    async move {
-                        match m {
-                            Some(text) => (
-                                [(
-                                    axum::http::header::CONTENT_TYPE,
-                                    "text/plain; version=0.0.4",
-                                )],
-                                text,
-                            )
-                                .into_response(),
-                            None => api::not_found().await.into_response(),
+                get(
+                    move |axum::extract::State(st): axum::extract::State<Arc<api::AppState>>| {
+                        let m = metrics.clone();
+                        async move {
+                            match m {
+                                Some(handle) => {
+                                    observe::count_held(&st.locks).await;
+                                    (
+                                        [(
+                                            axum::http::header::CONTENT_TYPE,
+                                            "text/plain; version=0.0.4",
+                                        )],
+                                        handle.render(),
+                                    )
+                                        .into_response()
+                                }
+                                None => api::not_found().await.into_response(),
+                            }
                         }
-                    }
-                }),
+                    },
+                ),
             )
             .merge(ui::routes())
             .route("/healthz", get(api::healthz))

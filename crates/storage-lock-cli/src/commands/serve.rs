@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
 use std::path::PathBuf;
 use std::time::Duration;
 use storage_lock::HolderInfo;
@@ -66,7 +65,7 @@ pub async fn serve(args: ServeArgs, url: Option<&str>, quiet: bool) -> Result<u8
     if let Some(auth) = auth {
         server = server.auth(auth);
     }
-    match PrometheusBuilder::new().install_recorder() {
+    match storage_lock_server::install_prometheus() {
         Ok(handle) => server = server.metrics(handle),
         Err(e) => tracing::warn!(error = %e, "metrics recorder not installed"),
     }

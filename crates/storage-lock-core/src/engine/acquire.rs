@@ -237,6 +237,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     if waits && deadline.is_none_or(|d| Instant::now() + RETRY_START < d) =>
                 {
                     failures = failures.saturating_add(1);
+                    telemetry::storage_error("acquire");
                     // The request may have been applied although its answer was lost.
                     uncertain_since.get_or_insert(sent_at);
                     tracing::warn!(key = %key, error = %e, failures, "acquire failed; retrying while the wait lasts");

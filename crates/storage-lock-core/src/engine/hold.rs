@@ -91,7 +91,6 @@ impl<S: Storage + ?Sized> Backend for EngineHold<S> {
     }
 
     fn on_lost(&self, hold: &HoldCore) {
-        telemetry::lost();
         self.end(hold, LockEventKind::Lost);
     }
 

@@ -39,6 +39,7 @@ pub use events::{LockEvent, LockEventKind};
 pub use owned::{HoldGone, OwnedHold};
 pub use reentrant::ReentrantHold;
 pub use renewals::RENEW_BATCH;
+pub use telemetry::describe_metrics;
 
 /// A [`DistributedLock`] over a [`Storage`]; one instance serves any number of keys.
 ///

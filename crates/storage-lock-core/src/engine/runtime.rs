@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::BootInstant;
 use crate::contract::{LockError, RenewalResult, safety_margin};
+use crate::engine::telemetry::{self, LostReason, Renewal};
 use crate::small_key::SmallKey;
 use crate::storage::{ReleaseOutcome, StorageError};
 
@@ -492,7 +493,7 @@ impl HoldRuntime {
             HELD => {
                 let deadline = self.core.deadline_ns.load(Ordering::Acquire);
                 if BootInstant::now().as_nanos() >= deadline {
-                    self.mark_lost();
+                    self.mark_lost(LostReason::Expired);
                 }
                 self.state() == LOST
             }
@@ -500,8 +501,9 @@ impl HoldRuntime {
         }
     }
 
-    fn mark_lost(&self) {
+    fn mark_lost(&self, why: LostReason) {
         if self.end_as(LOST) {
+            telemetry::lost(why);
             std::sync::atomic::fence(Ordering::SeqCst);
             if let Some(token) = self.core.extra.get().and_then(|e| e.lost_token.get()) {
                 token.cancel();
@@ -534,15 +536,20 @@ impl HoldRuntime {
         let sent_at = BootInstant::now();
         let outcome = self.backend.renew(&self.core, lease, !fail_on_error).await;
         let confirmed = match outcome {
-            Ok(Some(expires_at)) => expires_at,
+            Ok(Some(expires_at)) => {
+                telemetry::renewal(Renewal::Renewed);
+                expires_at
+            }
             Ok(None) => {
-                self.mark_lost();
+                telemetry::renewal(Renewal::Refused);
+                self.mark_lost(LostReason::Refused);
                 return RenewalResult::Lost;
             }
             Err(e) => {
+                telemetry::renewal(Renewal::Error);
                 tracing::warn!(name = %self.name(), error = %e, "renewal could not confirm the hold");
                 if fail_on_error {
-                    self.mark_lost();
+                    self.mark_lost(LostReason::Error);
                 }
                 return RenewalResult::Lost;
             }
@@ -1020,7 +1027,7 @@ impl HoldRuntime {
     /// The hold's record stopped being ours (broken, swept, taken over: seen by the engine's
     /// loss watch): lost now, before its deadline. Nothing if it already ended.
     pub(crate) fn taken_away(&self) {
-        self.mark_lost();
+        self.mark_lost(LostReason::TakenAway);
     }
 
     /// Completes when the hold is lost, or also when released with `released_too`.
