@@ -117,14 +117,20 @@ pub fn accepts_unverified(url: &str) -> bool {
     })
 }
 
+/// Why a storage of [`Durability::Unverified`] is unverified: its backend's note, or a
+/// generic reason for a backend that gives none.
+pub fn unverified_reason(caps: &Capabilities) -> &'static str {
+    caps.durability_note
+        .unwrap_or("the backend could not read the settings that decide it")
+}
+
 /// The one-line warning (and `check`'s reason) for a storage of [`Durability::Unverified`].
 pub fn unverified_warning(caps: &Capabilities) -> String {
     format!(
         "durability unverified: {}; a storage that forgets acknowledged writes on a restart \
          grants a held lock twice and repeats fencing tokens. Once you made sure, say so with \
          durability=unverified in the URL",
-        caps.durability_note
-            .unwrap_or("the backend could not read the settings that decide it")
+        unverified_reason(caps)
     )
 }
 

@@ -158,11 +158,7 @@ pub async fn check(args: CheckArgs, url: Option<&str>, _quiet: bool) -> Result<u
             ),
             Durability::Unverified => (
                 "unverified",
-                format!(
-                    "unverified ({})",
-                    caps.durability_note
-                        .unwrap_or("the backend could not read the settings that decide it")
-                ),
+                format!("unverified ({})", storage::unverified_reason(&caps)),
             ),
             _ => (
                 "volatile",
