@@ -477,6 +477,19 @@ fn wait(ms: u64) -> Result<Duration, ApiError> {
 
 /// A free-text field: at most [`MAX_NOTE_BYTES`], no control characters but tab (a NUL cannot
 /// even be stored by PostgreSQL).
+/// A `limit` query parameter: 1 to [`MAX_PAGE`], 100 if absent.
+fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    let limit = limit.unwrap_or(100);
+    if (1..=MAX_PAGE).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_query",
+            "limit must be 1..=1000",
+        ))
+    }
+}
+
 fn text_limit(field: &str, s: &Option<String>) -> Result<(), ApiError> {
     match s {
         Some(s) if s.len() > MAX_NOTE_BYTES => Err(ApiError::bad_request(
@@ -776,6 +789,16 @@ impl AppState {
             Some(f) => self.locks.force_release_if(&name, f).await?,
             None => self.locks.force_release(&name).await?,
         };
+        if let Some(r) = &ended {
+            self.ui.annotate(
+                &self.locks.key_for(&name)?,
+                r.fencing,
+                crate::recorder::AdminNote {
+                    by: caller.who().to_owned(),
+                    reason: b.reason.clone(),
+                },
+            );
+        }
         tracing::info!(
             target: "storage_lock::audit",
             who = caller.who(),
@@ -793,6 +816,149 @@ impl AppState {
                 .as_ref()
                 .and_then(|r| r.holder.as_deref())
                 .map(Holder::from),
+        })
+    }
+}
+
+/// `GET /v1/locks/{name}/events` query.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// At most this many, the newest (1–1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
+/// What happened to a lock (renewals are not kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A hold began.
+    Acquired,
+    /// An acquisition found the lock busy.
+    Contended,
+    /// An acquisition gave up: busy until its wait ran out.
+    TimedOut,
+    /// An acquisition was cancelled while waiting (e.g. its client went away).
+    Cancelled,
+    /// A renewal failed.
+    RenewFailed,
+    /// A hold was lost.
+    Lost,
+    /// A hold was released.
+    Released,
+    /// An admin force-released the hold (`by`, `reason`).
+    ForceReleased,
+    /// An event of a kind newer than this server's API.
+    Other,
+}
+
+impl From<storage_lock_core::LockEventKind> for EventKind {
+    fn from(k: storage_lock_core::LockEventKind) -> Self {
+        use storage_lock_core::LockEventKind as K;
+        match k {
+            K::Acquired => Self::Acquired,
+            K::Contended => Self::Contended,
+            K::TimedOut => Self::TimedOut,
+            K::Cancelled => Self::Cancelled,
+            K::RenewFailed => Self::RenewFailed,
+            K::Lost => Self::Lost,
+            K::Released => Self::Released,
+            K::ForceReleased => Self::ForceReleased,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// One event of a lock, as this server saw it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LockEventInfo {
+    /// When this server saw it (its wall clock, RFC 3339).
+    pub at: String,
+    /// What happened.
+    pub kind: EventKind,
+    /// The fencing token of the hold involved (a decimal string).
+    #[serde(with = "token::opt")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,20}$")]
+    pub fencing_token: Option<u64>,
+    /// For a force-release: the token name of the admin who did it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// For a force-release: the reason the admin gave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A lock's recent events as **this replica** saw them.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LockEvents {
+    /// The lock name.
+    pub name: String,
+    /// Oldest first.
+    pub events: Vec<LockEventInfo>,
+    /// When this server process started recording (RFC 3339): nothing older is known here.
+    pub recorded_since: String,
+    /// How many events (of all locks) the server keeps; older ones are dropped.
+    pub kept_at_most: usize,
+    /// Events (of all locks) the server skipped because it fell behind its engine.
+    pub missed: u64,
+}
+
+/// The recent events of one lock **seen by this server process**: acquisitions, contention,
+/// releases, losses and force-releases with who did them and why (renewals are left out). Each
+/// replica keeps its own bounded history from its start; an event made through another replica
+/// is in that replica's history, and a restart starts over.
+#[utoipa::path(
+    get, path = "/v1/locks/{name}/events", tag = "locks",
+    params(("name" = String, Path, description = "The lock name (`/` as `%2F`)"), EventsQuery),
+    responses(
+        (status = 200, body = LockEvents),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+    )
+)]
+pub(crate) async fn events(
+    State(st): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+    q: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Json<LockEvents>, ApiError> {
+    let name = path_name(path)?;
+    let Query(q) = q?;
+    Ok(Json(st.events(&caller, name, &q)?))
+}
+
+impl AppState {
+    /// The operation behind the `events` route.
+    pub(crate) fn events(
+        &self,
+        caller: &Caller,
+        name: String,
+        q: &EventsQuery,
+    ) -> Result<LockEvents, ApiError> {
+        let key = self.locks.key_for(&name)?.into_owned();
+        caller.require(self, &name, Permission::Read)?;
+        let limit = page_limit(q.limit)?;
+        self.ui.start(&self.locks);
+        let events = self
+            .ui
+            .of(&key, limit)
+            .into_iter()
+            .map(|e| LockEventInfo {
+                at: rfc3339(e.at),
+                kind: e.kind.into(),
+                fencing_token: e.fencing,
+                by: e.admin.as_ref().map(|a| a.by.clone()),
+                reason: e.admin.as_ref().and_then(|a| a.reason.clone()),
+            })
+            .collect();
+        Ok(LockEvents {
+            name,
+            events,
+            recorded_since: rfc3339(self.ui.since().unwrap_or_else(SystemTime::now)),
+            kept_at_most: crate::recorder::KEEP_EVENTS,
+            missed: self.ui.missed(),
         })
     }
 }
@@ -883,13 +1049,7 @@ pub(crate) async fn list(
 impl AppState {
     /// The operation behind the `list` route, for HTTP and gRPC alike.
     pub(crate) async fn list(&self, caller: &Caller, q: ListQuery) -> Result<LockList, ApiError> {
-        let limit = q.limit.unwrap_or(100);
-        if !(1..=MAX_PAGE).contains(&limit) {
-            return Err(ApiError::bad_request(
-                "invalid_query",
-                "limit must be 1..=1000",
-            ));
-        }
+        let limit = page_limit(q.limit)?;
         text_limit("prefix", &q.prefix)?;
         let after = q.cursor.as_deref().map(cursor_in).transpose()?;
         let storage = self.locks.storage();

@@ -27,6 +27,7 @@
 //! | `POST /v1/sweep` | admin: `{prefix?, older_than_ms?}` → `{deleted, fencing_floor}` |
 //! | `GET /v1/locks?prefix=&cursor=&limit=` | a page of locks |
 //! | `GET /v1/locks/{name}?wait_ms=&while=held` | one lock; blocking read with `wait_ms` |
+//! | `GET /v1/locks/{name}/events?limit=` | its recent events seen by this replica (who force-released, why) |
 //! | `GET /v1/storage` | what the storage behind the server promises (durability, …) |
 //! | `GET /openapi.json` | the OpenAPI 3.1 document of all of the above |
 //! | `GET /metrics` | Prometheus text (when a recorder handle is given) |
@@ -211,6 +212,7 @@ impl Server {
             .routes(routes!(api::sweep))
             .routes(routes!(api::list))
             .routes(routes!(api::get))
+            .routes(routes!(api::events))
             .routes(routes!(api::storage_info))
     }
 
@@ -225,6 +227,11 @@ impl Server {
             shutdown: self.shutdown,
             ui: Arc::new(recorder::Recorder::default()),
         });
+        // History starts with the server, not with the first visit to the page (outside a
+        // runtime, at the first request that needs it).
+        if tokio::runtime::Handle::try_current().is_ok() {
+            state.ui.start(&state.locks);
+        }
         let grpc =
             storage_lock_proto::v1::lock_service_server::LockServiceServer::new(grpc::Grpc {
                 st: state.clone(),

@@ -1,9 +1,19 @@
-//! What the web page shows that the storage does not keep: the events this server's engine
-//! emitted (for counters and lock pages), when each lock was last granted or renewed here (the
-//! span its "expiring" colour is measured against), and the page's CSRF secret.
+//! What the server shows that the storage does not keep: the events this server's engine
+//! emitted (for `GET /v1/locks/{name}/events`, counters and lock pages), when each lock was last
+//! granted or renewed here (the span its "expiring" colour is measured against), and the page's
+//! CSRF secret.
+//!
+//! **History.** Recording starts when the server's routes are built ([`crate::Server::router`],
+//! inside a tokio runtime; else at the first request) and keeps the last [`KEEP_EVENTS`] events
+//! of this process, renewals left out. Each replica keeps its own: an event is seen by the
+//! replica whose engine acted (an acquisition through replica A is in A's history, not in
+//! B's), and a restart starts over. A force-release carries who did it (the token's name) and
+//! the reason they gave: the engine emits the event and the API adds the note
+//! ([`Recorder::annotate`]), whichever of the two comes first. A recorder that falls behind the
+//! engine's event channel skips events and counts them in `missed`.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
@@ -12,7 +22,7 @@ use storage_lock_core::{LockEventKind, StorageLock};
 
 /// Events kept for counters and lock pages (renewals are not kept: they would crowd out the
 /// rest; only their time is, per lock).
-const KEEP_EVENTS: usize = 20_000;
+pub(crate) const KEEP_EVENTS: usize = 20_000;
 /// Locks whose last grant or renewal time is kept; the map starts over when it is full.
 const KEEP_GRANTS: usize = 100_000;
 
@@ -20,7 +30,12 @@ const KEEP_GRANTS: usize = 100_000;
 pub(crate) struct Recorder {
     events: Mutex<VecDeque<Seen>>,
     last_grant: Mutex<HashMap<Arc<str>, SystemTime>>,
-    started: OnceLock<()>,
+    /// When recording started.
+    started: OnceLock<SystemTime>,
+    /// Events skipped because the recorder fell behind the engine's channel.
+    missed: AtomicU64,
+    /// Admin notes whose engine event has not arrived yet, by (key, fencing token).
+    pending: Mutex<HashMap<HoldId, Arc<AdminNote>>>,
     /// The CSRF secret of this server process.
     secret: [u8; 32],
     /// Live pages (`/ui/events` streams) open now.
@@ -42,7 +57,24 @@ pub(crate) struct Seen {
     pub(crate) kind: LockEventKind,
     pub(crate) key: Arc<str>,
     pub(crate) fencing: Option<u64>,
+    /// Who force-released and why (force-releases through this server's API only).
+    pub(crate) admin: Option<Arc<AdminNote>>,
 }
+
+/// Who took an admin action and why.
+#[derive(Debug)]
+pub(crate) struct AdminNote {
+    /// The token's name (`anonymous` without auth).
+    pub(crate) by: String,
+    /// The reason given, if any.
+    pub(crate) reason: Option<String>,
+}
+
+/// A hold: its key and fencing token.
+type HoldId = (Arc<str>, u64);
+
+/// Admin notes waiting for their event at most (the oldest go when full).
+const KEEP_PENDING: usize = 1024;
 
 impl Default for Recorder {
     fn default() -> Self {
@@ -53,6 +85,8 @@ impl Default for Recorder {
             events: Mutex::new(VecDeque::new()),
             last_grant: Mutex::new(HashMap::new()),
             started: OnceLock::new(),
+            missed: AtomicU64::new(0),
+            pending: Mutex::new(HashMap::new()),
             secret,
             streams: AtomicUsize::new(0),
             sessions: Mutex::new(HashMap::new()),
@@ -68,6 +102,7 @@ impl Recorder {
     /// Starts following the engine's events (once; from inside the runtime).
     pub(crate) fn start(self: &Arc<Self>, locks: &StorageLock) {
         self.started.get_or_init(|| {
+            let since = SystemTime::now();
             let mut rx = locks.subscribe();
             let weak = Arc::downgrade(self);
             tokio::spawn(async move {
@@ -75,7 +110,10 @@ impl Recorder {
                     let ev = match rx.recv().await {
                         Ok(ev) => ev,
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                            tracing::debug!(missed = n, "the web page's recorder fell behind");
+                            tracing::debug!(missed = n, "the server's event recorder fell behind");
+                            if let Some(me) = weak.upgrade() {
+                                me.missed.fetch_add(n, Ordering::Relaxed);
+                            }
                             continue;
                         }
                         Err(_) => break,
@@ -86,13 +124,50 @@ impl Recorder {
                         kind: ev.kind,
                         key: ev.key,
                         fencing: ev.fencing_token,
+                        admin: None,
                     });
                 }
             });
+            since
         });
     }
 
-    fn record(&self, seen: Seen) {
+    /// When recording started (`None` before [`Self::start`]).
+    pub(crate) fn since(&self) -> Option<SystemTime> {
+        self.started.get().copied()
+    }
+
+    /// Events skipped because the recorder fell behind.
+    pub(crate) fn missed(&self) -> u64 {
+        self.missed.load(Ordering::Relaxed)
+    }
+
+    /// Adds who force-released `key`'s hold `fencing` and why to its event: to the event if
+    /// it is recorded already, else to the event when it arrives.
+    pub(crate) fn annotate(&self, key: &str, fencing: u64, note: AdminNote) {
+        let note = Arc::new(note);
+        // Under the events lock, so that `record` cannot slip between the search and the
+        // pending entry.
+        let mut events = guard(&self.events);
+        let recorded = events.iter_mut().rev().find(|e| {
+            e.kind == LockEventKind::ForceReleased
+                && &*e.key == key
+                && e.fencing == Some(fencing)
+                && e.admin.is_none()
+        });
+        match recorded {
+            Some(e) => e.admin = Some(note),
+            None => {
+                let mut pending = guard(&self.pending);
+                if pending.len() >= KEEP_PENDING {
+                    pending.clear();
+                }
+                pending.insert((Arc::from(key), fencing), note);
+            }
+        }
+    }
+
+    fn record(&self, mut seen: Seen) {
         if matches!(seen.kind, LockEventKind::Acquired | LockEventKind::Renewed) {
             let mut grants = guard(&self.last_grant);
             if grants.len() >= KEEP_GRANTS {
@@ -104,6 +179,9 @@ impl Recorder {
             return;
         }
         let mut events = guard(&self.events);
+        if let (LockEventKind::ForceReleased, Some(f)) = (seen.kind, seen.fencing) {
+            seen.admin = guard(&self.pending).remove(&(seen.key.clone(), f));
+        }
         if events.len() >= KEEP_EVENTS {
             events.pop_front();
         }

@@ -608,6 +608,20 @@ async fn lock_page(
         .map(|k| k.into_owned())
         .unwrap_or_default();
     let recent = st.ui.of(&key, 50);
+    let since = st
+        .ui
+        .since()
+        .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+        .unwrap_or_default();
+    let since_text = if recent.is_empty() {
+        format!(
+            "None since this server started recording at {since}. Each replica keeps its own history (GET /v1/locks/{{name}}/events)."
+        )
+    } else {
+        format!(
+            "Since {since}, on this replica only (each keeps its own; GET /v1/locks/{{name}}/events)."
+        )
+    };
     let admin = viewer.caller.may(&st, &name, Permission::Admin);
     let state = match info.state {
         LockState::Held => "held",
@@ -656,17 +670,18 @@ async fn lock_page(
         }
         section {
             h2 { "Recent events seen by this server" }
-            @if recent.is_empty() {
-                p.note { "None yet." }
-            } @else {
-                table {
-                    thead { tr { th { "When" } th { "Event" } th.num { "Fencing token" } } }
+            p.note { (since_text) }
+            @if !recent.is_empty() {
+                table #events {
+                    thead { tr { th { "When" } th { "Event" } th.num { "Fencing token" } th { "By" } th { "Reason" } } }
                     tbody {
                         @for e in recent.iter().rev() {
                             tr {
                                 td data-label="When" { (humantime::format_rfc3339_millis(e.at).to_string()) }
                                 td data-label="Event" { (kind_name(e.kind)) }
                                 td.num data-label="Fencing token" { (e.fencing.map(|f| f.to_string()).unwrap_or_default()) }
+                                td data-label="By" { (e.admin.as_ref().map(|a| a.by.as_str()).unwrap_or("")) }
+                                td data-label="Reason" { (e.admin.as_ref().and_then(|a| a.reason.as_deref()).unwrap_or("")) }
                             }
                         }
                     }

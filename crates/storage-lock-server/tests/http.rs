@@ -509,6 +509,97 @@ async fn holds_name_the_client_and_its_token() {
     assert_eq!(info["holder"]["host"], "127.0.0.1", "{info}");
 }
 
+/// The server records events from its start (nobody has opened the page), serves them per
+/// lock, and a force-release says who did it and why; the lock page shows the same.
+#[tokio::test]
+async fn events_are_kept_from_the_start_with_who_force_released_and_why() {
+    let api = Api::start(Arc::new(MemoryStorage::new()), Some(auth())).await;
+    let team = api.as_token(Some("team-a-token"));
+    let ops = api.as_token(Some("ops-token"));
+    let (s, held) = team.acquire("a%2Fev", json!({"lease_ms": 60_000})).await;
+    assert_eq!(s, StatusCode::OK, "{held}");
+    let (s, busy) = team.acquire("a%2Fev", json!({"lease_ms": 60_000})).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{busy}");
+    let (s, fr) = ops
+        .post(
+            "/v1/locks/a%2Fev/force-release",
+            json!({"reason": "stuck deploy #12"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{fr}");
+    // The engine's events reach the recorder through a channel: wait for the last one.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let (s, body) = team.get("/v1/locks/a%2Fev/events").await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        let last = body["events"].as_array().unwrap().last().cloned();
+        if last.is_some_and(|e| e["kind"] == "force_released" && e["by"] == "ops") {
+            break body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let kinds: Vec<&str> = body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["acquired", "contended", "timed_out", "force_released"],
+        "{body}"
+    );
+    let token = held["fencing_token"].as_str().unwrap();
+    assert_eq!(body["events"][0]["fencing_token"], token, "{body}");
+    assert_eq!(body["events"][3]["fencing_token"], token, "{body}");
+    assert_eq!(body["events"][3]["reason"], "stuck deploy #12", "{body}");
+    assert!(body["events"][0].get("by").is_none(), "{body}");
+    assert_eq!(body["name"], "a/ev");
+    assert!(
+        body["recorded_since"].as_str().unwrap().ends_with('Z'),
+        "{body}"
+    );
+    assert_eq!(body["missed"], 0, "{body}");
+    let (_, one) = team.get("/v1/locks/a%2Fev/events?limit=1").await;
+    assert_eq!(one["events"].as_array().unwrap().len(), 1, "{one}");
+    assert_eq!(one["events"][0]["kind"], "force_released", "{one}");
+    // The same on the lock's page.
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = no_redirects
+        .post(format!("{}/ui/login", api.base))
+        .form(&[("token", "ops-token")])
+        .send()
+        .await
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let page = no_redirects
+        .get(format!("{}/ui/locks/a%2Fev", api.base))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("stuck deploy #12"), "{page}");
+    assert!(page.contains("on this replica only"), "{page}");
+    // Reading events needs read on the name; the limit is checked; nothing else is known.
+    let (s, b) = api.as_token(None).get("/v1/locks/a%2Fev/events").await;
+    assert_error(s, &b, StatusCode::UNAUTHORIZED, "unauthorized");
+    let (s, b) = team.get("/v1/locks/b/events").await;
+    assert_error(s, &b, StatusCode::FORBIDDEN, "forbidden");
+    let (s, b) = team.get("/v1/locks/a%2Fev/events?limit=0").await;
+    assert_error(s, &b, StatusCode::BAD_REQUEST, "invalid_query");
+    let (s, b) = team.get("/v1/locks/a%2Fnever/events").await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["events"], json!([]), "{b}");
+}
+
 #[tokio::test]
 async fn auth_matrix_refuses_and_changes_nothing() {
     let api = Api::start(Arc::new(MemoryStorage::new()), Some(auth())).await;
@@ -681,6 +772,7 @@ async fn openapi_describes_every_route_and_requests_carry_ids() {
         "/v1/locks/{name}/renew",
         "/v1/locks/{name}/release",
         "/v1/locks/{name}/force-release",
+        "/v1/locks/{name}/events",
         "/v1/storage",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
