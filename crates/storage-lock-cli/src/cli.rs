@@ -23,6 +23,8 @@ Exit codes:
   N        `run`: the command's own exit code
   128+N    `run`: the command was killed by signal N, or the wait was interrupted by it
   2        usage error (bad arguments, unknown scheme, malformed URL, invalid name or token)
+  65       the lock's stored record does not decode or its fencing token reached the
+           storage's bound (use another name)
   69       storage unavailable (cannot be opened or reached, or an operation failed)
   75       not acquired: busy until the wait ran out (change with -E/--conflict-exit-code)
   76       lock lost (or found broken at release) while the command ran; token no longer

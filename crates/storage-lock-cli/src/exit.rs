@@ -8,6 +8,7 @@
 //! | 128 + N | `run`: the command was killed by signal N (or the wait was interrupted by signal N) |
 //! | 0 | any other subcommand succeeded |
 //! | 2 | usage error: bad arguments, unknown scheme, malformed URL, invalid name, invalid token, `--renew` / `--kill-grace` not fitting the lease, `-s` |
+//! | 65 | the lock's stored data makes it unusable: its record does not decode, or its fencing token reached the storage's bound (use another name; retrying does not help) (`EX_DATAERR`) |
 //! | 69 | storage unavailable: cannot be opened, reached, or refused an operation |
 //! | 75 | not acquired: the lock was busy until the wait ran out (`run`, `acquire`; `--conflict-exit-code` changes it) |
 //! | 76 | lock lost or not held: `run` lost the lock (or could not renew it in time) while the command ran; `renew`/`release` of a token that no longer holds it (released, or its lease ran out) |
@@ -23,6 +24,9 @@ use storage_lock::{ConnectError, LockError, StorageError};
 
 /// Bad arguments or bad input (the same code clap uses).
 pub const USAGE: u8 = 2;
+/// The lock's stored data makes it unusable: a record that does not decode, a fencing token
+/// at the storage's bound (`EX_DATAERR`); retrying does not help.
+pub const DATA: u8 = 65;
 /// The storage cannot be opened or reached, or failed an operation (`EX_UNAVAILABLE`).
 pub const STORAGE: u8 = 69;
 /// The storage's configuration is invalid or cannot keep the lock's guarantees (a server that
@@ -76,6 +80,7 @@ impl Failure {
         let code = match error {
             StorageError::Config { .. } => CONFIG,
             StorageError::Denied { .. } => DENIED,
+            StorageError::Corrupt { .. } => DATA,
             _ => STORAGE,
         };
         Self::new(code, format!("{what}: {error}"))
@@ -89,6 +94,8 @@ impl Failure {
             | LockError::LeaseOutOfRange { .. } => USAGE,
             LockError::NotHeld { .. } => LOST,
             LockError::Storage(StorageError::Denied { .. }) => DENIED,
+            LockError::Storage(StorageError::Corrupt { .. })
+            | LockError::FencingExhausted { .. } => DATA,
             _ => STORAGE,
         };
         Self::new(code, format!("{what}: {error}"))

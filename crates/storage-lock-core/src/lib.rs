@@ -58,8 +58,8 @@ pub use fenced::{FencedResource, StaleToken};
 pub use memory::MemoryStorage;
 pub use storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, DelegatedAdmin, Durability,
-    HolderInfo, LockRecord, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest,
-    Storage, StorageError, StorageExt, Stored, SweepReport, TimeSource, Timestamp, Version,
-    Waiters, redact_url,
+    FENCING_HEADROOM, HolderInfo, LockRecord, OwnerId, Page, PageRequest, ReleaseOutcome,
+    RenewOutcome, RenewRequest, Storage, StorageError, StorageExt, Stored, SweepReport, TimeSource,
+    Timestamp, Version, Waiters, redact_url,
 };
 pub use storage::{NotificationSource, Notifications, SourceEvent};

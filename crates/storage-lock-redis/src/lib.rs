@@ -465,9 +465,12 @@ impl Storage for RedisStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // The scripts count fencing tokens in Lua numbers (doubles): exact up to 2^53, and
+        // `2^53 + 1` rounds back to `2^53`, a token handed out twice.
         let caps = Capabilities::linearizable()
             .with_conditional_delete(true)
-            .with_change_notifications(true);
+            .with_change_notifications(true)
+            .with_fencing_bound((1 << 53) - 1);
         match self.durability {
             Durability::Unverified => caps.with_unverified_durability(
                 "the server refuses CONFIG GET (managed services do), so its persistence \

@@ -4,6 +4,11 @@
 //! `f` (fencing), `a` (acquired at, ms), `e` (expires at, ms) and, if known, `hh`/`hp`/`hn`
 //! (holder host, pid, note). Records never get a TTL: a tombstone keeps its fencing token until
 //! a sweep deletes it (after raising the floor), so tokens survive release and expiry.
+//!
+//! Lua numbers are doubles: a token is exact up to 2^53, `2^53 + 1` rounds back to `2^53` (a
+//! token handed out twice) and tokens past ~10^17 are written in exponent form. The storage
+//! therefore declares a fencing bound of 2^53 − 1 (`Capabilities::fencing_bound`), and the
+//! engine refuses grants 2^32 below it.
 
 /// Shared helpers, prepended to every script that needs them.
 const PRELUDE: &str = r#"

@@ -568,6 +568,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
         (status = 409, description = "Held by another owner; see Retry-After", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds until the hold ends unless renewed"))),
         (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, description = "The lock's fencing token reached the storage's bound: use another name; nothing held", body = ErrorBody),
         (status = 503, description = "The storage cannot be reached", body = ErrorBody),
     )
 )]

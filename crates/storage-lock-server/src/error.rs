@@ -123,6 +123,9 @@ impl From<LockError> for ApiError {
             LockError::InvalidOptions { .. } => Self::bad_request("invalid_options", msg),
             LockError::LeaseOutOfRange { .. } => Self::bad_request("lease_out_of_range", msg),
             LockError::NotHeld { .. } => Self::new(StatusCode::GONE, "lost", msg),
+            LockError::FencingExhausted { .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "fencing_exhausted", msg)
+            }
             LockError::Storage(_) | LockError::Unsafe { .. } | LockError::Cancelled => {
                 tracing::warn!(error = %msg, "storage failure");
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)

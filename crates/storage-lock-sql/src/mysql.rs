@@ -419,6 +419,7 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
         Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_durability(self.durability)
+            .with_fencing_bound(crate::row::FENCING_BOUND)
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

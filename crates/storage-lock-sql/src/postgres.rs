@@ -546,6 +546,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             .with_conditional_delete(true)
             .with_change_notifications(true)
             .with_durability(self.durability)
+            .with_fencing_bound(crate::row::FENCING_BOUND)
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

@@ -33,6 +33,10 @@ pub(crate) fn stored_u32(key: &str, what: &str, v: i64) -> Result<u32, StorageEr
     u32::try_from(v).map_err(|_| corrupt(key, format!("{what} is out of range ({v})")))
 }
 
+/// The largest fencing token a `BIGINT`/`INTEGER` column holds (2^63 − 1): the backends'
+/// [`storage_lock_core::Capabilities::fencing_bound`].
+pub(crate) const FENCING_BOUND: u64 = i64::MAX as u64;
+
 /// A fencing token as a bind parameter (`BIGINT`): tokens beyond 2^63 − 1 cannot be stored.
 pub(crate) fn fencing_param(key: &str, fencing: u64) -> Result<i64, StorageError> {
     i64::try_from(fencing).map_err(|_| corrupt(key, "fencing token beyond 2^63 - 1"))

@@ -497,6 +497,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             .with_change_notifications(self.wake.as_ref().is_some_and(|w| w.watches()))
             .with_time_source(self.time_source)
             .with_durability(self.durability)
+            .with_fencing_bound(crate::row::FENCING_BOUND)
     }
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {

@@ -51,7 +51,7 @@ macro_rules! storage_lock_suites {
         mod suites {
             #[allow(unused_imports)]
             use super::*;
-            $crate::__all_cases!($crate::__stamp, { $factory().await });
+            $crate::__cases!($crate::__stamp, { $factory().await }, all);
         }
     };
     ($factory:path) => {
@@ -59,25 +59,28 @@ macro_rules! storage_lock_suites {
         mod overrides {
             #[allow(unused_imports)]
             use super::*;
-            $crate::__all_cases!($crate::__stamp, { $factory().await });
+            $crate::__cases!($crate::__stamp, { $factory().await }, all);
         }
         /// The suites against the default lock operations built on the backend's primitives.
         mod defaults {
             #[allow(unused_imports)]
             use super::*;
-            $crate::__all_cases!($crate::__stamp, {
-                $crate::__core::fault::PrimitivesOnly($factory().await)
-            });
+            $crate::__cases!(
+                $crate::__stamp,
+                { $crate::__core::fault::PrimitivesOnly($factory().await) },
+                all
+            );
         }
     };
 }
 
 /// Stamps the lock semantics suite for a **remote** storage (a client of a lock server, made by
 /// `$factory`), in a module `remote`. The storage conformance suite does not apply: a server
-/// exposes lock operations, not raw compare-and-set. Of the semantics cases, those that need
-/// reentrant holds are left out (the fencing case runs without its sweeps: the
-/// remote storage has no conditional delete); everything a
-/// [`storage_lock_core::DistributedLock`] promises is in.
+/// exposes lock operations, not raw compare-and-set. Of the semantics cases, those listed as
+/// needing the storage itself (`local:` in the one case list) are left out: reentrant holds,
+/// records written through the primitives, the engine's own batching and loss watch (the
+/// fencing case runs without its sweeps: the remote storage has no conditional delete);
+/// everything a [`storage_lock_core::DistributedLock`] promises is in.
 #[macro_export]
 macro_rules! storage_lock_remote_suite {
     ($factory:path) => {
@@ -85,37 +88,7 @@ macro_rules! storage_lock_remote_suite {
         mod remote {
             #[allow(unused_imports)]
             use super::*;
-            $crate::__stamp! { { $factory().await };
-                semantics: [
-                    matrix_busy_until_wait_runs_out_returns_none,
-                    matrix_cancelled_wait_leaves_holder_intact,
-                    matrix_blank_name_rejected_before_storage,
-                    matrix_invalid_options_rejected_before_storage,
-                    matrix_lease_expiry_marks_handle_lost,
-                    matrix_renewal_failure_is_fail_closed,
-                    matrix_double_release_is_idempotent,
-                    matrix_fencing_strictly_increasing_across_release_expiry_and_sweep,
-                    matrix_same_key_twice_is_not_reentrant,
-                    checklist_provider_info_reports_process_locality,
-                    checklist_different_keys_do_not_block,
-                    checklist_released_handle_renew_returns_lost_without_state_change,
-                    checklist_failure_after_grant_releases_first,
-                    checklist_expires_at_is_storage_clock_plus_lease,
-                    checklist_unsafe_storage_is_refused,
-                    watchdog_keeps_lock_past_several_leases,
-                    watchdog_outage_turns_handle_lost_by_local_deadline,
-                    mutual_exclusion_under_contention,
-                    cancel_safety_dropped_acquires_leave_no_holder,
-                    handoff_on_release,
-                    waiter_acquires_when_holder_expires,
-                    dropped_handle_releases_in_background,
-                    events_are_emitted,
-                    waiting_acquire_rides_out_a_storage_outage,
-                    grant_after_storage_errors_keeps_its_full_lease,
-                    grant_with_a_lost_answer_is_adopted,
-                    huge_leases_work_or_fail_typed_without_holding,
-                ];
-            }
+            $crate::__cases!($crate::__stamp, { $factory().await }, remote);
         }
     };
 }
@@ -140,12 +113,14 @@ macro_rules! __stamp {
     )*};
 }
 
-/// The list of cases, in one place; `$cb` is called with it.
+/// The list of cases, in one place; `$cb` is called with the cases `$which` selects: `all`
+/// (both suites, for a storage) or `remote` (the semantics cases that run through a lock
+/// server: `shared`, not `local`).
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __all_cases {
-    ($cb:path, $make:block) => {
-        $cb! { $make;
+macro_rules! __cases {
+    ($cb:path, $make:block, $which:ident) => {
+        $crate::__cases! { @pick $cb, $make, $which;
             conformance: [
                 create_then_get,
                 create_duplicate_is_already_exists,
@@ -171,7 +146,7 @@ macro_rules! __all_cases {
                 declared_change_notifications_are_delivered,
                 force_release_wakes_waiters,
             ];
-            semantics: [
+            shared: [
                 matrix_busy_until_wait_runs_out_returns_none,
                 matrix_cancelled_wait_leaves_holder_intact,
                 matrix_blank_name_rejected_before_storage,
@@ -189,8 +164,6 @@ macro_rules! __all_cases {
                 checklist_unsafe_storage_is_refused,
                 watchdog_keeps_lock_past_several_leases,
                 watchdog_outage_turns_handle_lost_by_local_deadline,
-                watchdog_batches_renewals_of_many_holds,
-                reentrant_counts_levels_and_keeps_token,
                 mutual_exclusion_under_contention,
                 cancel_safety_dropped_acquires_leave_no_holder,
                 handoff_on_release,
@@ -201,8 +174,19 @@ macro_rules! __all_cases {
                 grant_after_storage_errors_keeps_its_full_lease,
                 grant_with_a_lost_answer_is_adopted,
                 huge_leases_work_or_fail_typed_without_holding,
+            ];
+            local: [
+                watchdog_batches_renewals_of_many_holds,
+                reentrant_counts_levels_and_keeps_token,
                 a_broken_hold_is_lost_at_once_and_release_says_so,
+                fencing_tokens_stop_well_before_the_storage_bound,
             ];
         }
+    };
+    (@pick $cb:path, $make:block, all; conformance: [$($c:ident),* $(,)?]; shared: [$($s:ident),* $(,)?]; local: [$($l:ident),* $(,)?];) => {
+        $cb! { $make; conformance: [$($c),*]; semantics: [$($s,)* $($l),*]; }
+    };
+    (@pick $cb:path, $make:block, remote; conformance: [$($c:ident),* $(,)?]; shared: [$($s:ident),* $(,)?]; local: [$($l:ident),* $(,)?];) => {
+        $cb! { $make; semantics: [$($s),*]; }
     };
 }

@@ -9,7 +9,8 @@ use storage_lock_core::StorageExt;
 use storage_lock_core::fault::{FaultyStorage, Op};
 use storage_lock_core::{
     AcquireOptions, AcquireRequest, Capabilities, DistributedLock, LockError, LockEventKind,
-    LockHandle, OwnerId, RenewRequest, RenewalResult, Storage, StorageLock, TimeSource, Wait,
+    LockHandle, LockRecord, OwnerId, RenewRequest, RenewalResult, Storage, StorageLock, TimeSource,
+    Timestamp, Wait,
 };
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
@@ -975,4 +976,64 @@ pub async fn huge_leases_work_or_fail_typed_without_holding<S: Storage>(s: S) {
             .is_some(),
         "nothing may be left held"
     );
+}
+
+/// Fencing tokens stop well before the largest one the storage represents
+/// ([`storage_lock_core::Capabilities::fencing_bound`]: 2^63 − 1 in a `BIGINT` column, 2^53 − 1
+/// where Redis scripts count in doubles and `2^53 + 1` rounds back to a token already handed
+/// out): a key whose next token would pass [`storage_lock_core::Capabilities::fencing_limit`]
+/// is refused with [`LockError::FencingExhausted`] naming the key, nothing is left held, and
+/// a key one token below still gets the limit itself.
+pub async fn fencing_tokens_stop_well_before_the_storage_bound<S: Storage>(s: S) {
+    let caps = s.capabilities();
+    let (limit, bound) = (caps.fencing_limit(), caps.fencing_bound);
+    assert!(limit < bound, "the limit leaves headroom");
+    let l = locks(s);
+    let prefix = unique_prefix("fencing_bound");
+    let free_record = |fencing| LockRecord {
+        owner: OwnerId::NOBODY,
+        count: 0,
+        fencing,
+        acquired_at: Timestamp::from_millis(1),
+        expires_at: Timestamp::from_millis(1),
+        holder: None,
+    };
+    let at_limit = format!("{prefix}at-limit");
+    let key = l.key_for(&at_limit).unwrap().into_owned();
+    l.storage().create(&key, &free_record(limit)).await.unwrap();
+    let r = l
+        .try_acquire(&at_limit, &opts(Wait::Never, Duration::from_secs(30)))
+        .await;
+    match r {
+        Err(LockError::FencingExhausted {
+            key: k,
+            fencing,
+            bound: b,
+        }) => {
+            assert_eq!((k.as_str(), fencing, b), (key.as_str(), limit + 1, bound));
+        }
+        other => panic!("a token past the limit must be refused: {other:?}"),
+    }
+    let stored = l.storage().get(&key).await.unwrap().expect("record kept");
+    let now = l.storage().now().await.unwrap();
+    assert!(
+        !stored.record.is_held_at(now),
+        "the refused grant was released: {stored:?}"
+    );
+    let below = format!("{prefix}below");
+    let below_key = l.key_for(&below).unwrap().into_owned();
+    l.storage()
+        .create(&below_key, &free_record(limit - 1))
+        .await
+        .unwrap();
+    let h = hold(&l, &below, Duration::from_secs(30)).await;
+    assert_eq!(h.fencing_token(), limit, "the limit itself is granted");
+    h.release().await.unwrap();
+    // Leave no near-bound record behind where the storage can delete (a sweep would lift the
+    // fencing floor to it).
+    for k in [key, below_key] {
+        if let Ok(Some(s)) = l.storage().get(&k).await {
+            let _ = l.storage().delete(&k, &s.version).await;
+        }
+    }
 }

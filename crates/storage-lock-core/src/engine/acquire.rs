@@ -261,10 +261,11 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 match self.adopt_lost_grant(key, req, *now, since).await {
                     Adoption::Adopted(granted) => {
                         let granted_at = finish(Finish::Acquired);
-                        return Ok(Some(Granted {
+                        let granted = Granted {
                             granted_at,
                             ..granted
-                        }));
+                        };
+                        return self.within_fencing_limit(key, req, granted).await.map(Some);
                     }
                     // Someone else holds the key: no earlier attempt of ours left a live grant,
                     // so a later grant is this wait's own and its deadline counts from its own
@@ -280,7 +281,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     expires_at,
                 } => {
                     let granted_at = finish(Finish::Acquired);
-                    return Ok(Some(Granted {
+                    let granted = Granted {
                         fencing,
                         count,
                         expires_at,
@@ -289,7 +290,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         // attempt's (a server adopts it for the retry): count from before it.
                         sent_at: uncertain_since.map_or(sent_at, |u| u.min(sent_at)),
                         granted_at,
-                    }));
+                    };
+                    return self.within_fencing_limit(key, req, granted).await.map(Some);
                 }
                 busy @ AcquireOutcome::Busy { .. } => busy.busy_for().unwrap_or_default(),
             };
@@ -326,6 +328,39 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 () = cancel.cancelled() => {} // reported at the top of the loop
             }
         }
+    }
+}
+
+impl<S: Storage + ?Sized> StorageLock<S> {
+    /// The grant, if its fencing token is within the storage's limit; else the grant released
+    /// (one level: a first grant, since a deeper level's token was checked when it was first
+    /// granted) and [`LockError::FencingExhausted`].
+    async fn within_fencing_limit(
+        &self,
+        key: &SmallKey,
+        req: &AcquireRequest,
+        granted: Granted,
+    ) -> Result<Granted, LockError> {
+        let (limit, bound) = self.shared.fencing_limit;
+        if granted.fencing <= limit || granted.count > 1 {
+            return Ok(granted);
+        }
+        let storage = self.storage.clone();
+        let (owner, released_key) = (req.owner, key.clone());
+        let released = detached(
+            async move { storage.as_ref().release(released_key.as_str(), owner).await },
+            |_| async {},
+        )
+        .await;
+        if let Err(e) = released {
+            tracing::warn!(key = %key, error = %e, "release of a grant past the fencing limit failed");
+        }
+        tracing::error!(key = %key, fencing = granted.fencing, bound, "fencing token near the storage's bound: grant refused");
+        Err(LockError::FencingExhausted {
+            key: key.as_str().to_owned(),
+            fencing: granted.fencing,
+            bound,
+        })
     }
 }
 

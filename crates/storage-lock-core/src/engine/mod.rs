@@ -83,6 +83,9 @@ pub(crate) struct EngineShared {
     holder: Arc<HolderInfo>,
     provider: ProviderInfo,
     pub(crate) events: events::Events,
+    /// The largest fencing token granted ([`crate::Capabilities::fencing_limit`]) and the
+    /// storage's bound, for the error.
+    pub(crate) fencing_limit: (u64, u64),
     /// Requests by explicit owners in flight, per (key, owner): see `owned::ResumeTicket`.
     pub(crate) resumes: owned::Resumes,
     /// The batcher the watchdogs of this engine's handles renew through.
@@ -329,6 +332,7 @@ impl<S: Storage + ?Sized> StorageLockBuilder<S> {
             holder: Arc::new(self.holder),
             provider,
             events: events::Events::new(),
+            fencing_limit: (caps.fencing_limit(), caps.fencing_bound),
             resumes: owned::Resumes::default(),
             renewals: renewals::Renewals::default(),
             watchdogs: runtime::Watchdogs::default(),

@@ -61,6 +61,13 @@ impl Durability {
     }
 }
 
+/// How far below a storage's [`Capabilities::fencing_bound`] the engine stops granting: 2^32
+/// tokens. Reaching it takes a record written by hand or corrupted (counting acquisitions, 2^63
+/// tokens last millions of years); the headroom keeps such a key's typed refusal far from the
+/// point where the storage would fail, wrap or (Redis scripts count in doubles) round a token
+/// back to one already handed out, even while refused grants keep moving it forward.
+pub const FENCING_HEADROOM: u64 = 1 << 32;
+
 /// The promises a storage makes; [`crate::StorageLock::new`] checks the ones safety rests on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -85,6 +92,12 @@ pub struct Capabilities {
     /// With [`Durability::Unverified`]: what the backend could not see, and so what the
     /// operator must make sure of (shown by `storage-lock check` and warned about by the CLI).
     pub durability_note: Option<&'static str>,
+    /// The largest fencing token the storage represents exactly (a `BIGINT` column: 2^63 − 1;
+    /// Redis scripts, whose numbers are doubles: 2^53 − 1; `u64::MAX` by default). The engine
+    /// refuses a grant whose token is within [`crate::FENCING_HEADROOM`] of it
+    /// ([`crate::LockError::FencingExhausted`], the grant released), well before the storage
+    /// could fail, wrap or round.
+    pub fencing_bound: u64,
 }
 
 impl Capabilities {
@@ -99,7 +112,20 @@ impl Capabilities {
             process_local: false,
             durability: Durability::Durable,
             durability_note: None,
+            fencing_bound: u64::MAX,
         }
+    }
+
+    /// Sets [`Self::fencing_bound`].
+    pub const fn with_fencing_bound(mut self, bound: u64) -> Self {
+        self.fencing_bound = bound;
+        self
+    }
+
+    /// The largest fencing token the engine grants on this storage: [`Self::fencing_bound`]
+    /// less [`crate::FENCING_HEADROOM`].
+    pub const fn fencing_limit(&self) -> u64 {
+        self.fencing_bound.saturating_sub(crate::FENCING_HEADROOM)
     }
 
     /// Sets [`Self::durability`] to [`Durability::Unverified`] with its

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use capabilities::{Capabilities, Durability, TimeSource};
+pub use capabilities::{Capabilities, Durability, FENCING_HEADROOM, TimeSource};
 pub use change::{ChangeWait, NotificationSource, Notifications, SourceEvent, Waiters, key_bucket};
 pub use error::{StorageError, redact_url};
 pub use ops::{
