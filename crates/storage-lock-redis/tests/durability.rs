@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use storage_lock_core::{Durability, Storage, StorageError};
 use storage_lock_redis::{RedisStorage, judge_durability};
+use storage_lock_testkit::restart::spare_port;
 
 /// A `redis-server` of this test's own, killed on drop.
 struct Server {
@@ -38,7 +39,7 @@ impl Server {
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
-                started.elapsed() < Duration::from_secs(10),
+                started.elapsed() < Duration::from_secs(30),
                 "redis did not start"
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -60,14 +61,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn spare_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test]

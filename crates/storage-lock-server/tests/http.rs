@@ -73,6 +73,25 @@ impl Api {
         self.post(&format!("/v1/locks/{name}/acquire"), body).await
     }
 
+    /// Waits (up to 60 s) until the server's history of `name` holds `n` events of `kind`.
+    async fn until_events(&self, name: &str, kind: &str, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, body) = self.get(&format!("/v1/locks/{name}/events")).await;
+            let seen = body["events"]
+                .as_array()
+                .map_or(0, |e| e.iter().filter(|e| e["kind"] == kind).count());
+            if seen >= n {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{n} {kind} events of {name}: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Every lock's (name, state, fencing token), as the list shows them (no token).
     async fn snapshot(&self) -> Vec<(String, String, String)> {
         self.as_token(None).snapshot_as().await
@@ -392,7 +411,9 @@ async fn long_poll_hands_off_and_a_disconnected_waiter_leaves_nothing_held() {
             )
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Released while the stayer waits: its acquisition found the lock busy (the second
+    // contention, after the quitter's), as the server's event history says.
+    api.until_events("lp", "contended", 2).await;
     api.post("/v1/locks/lp/release", json!({"owner": owner}))
         .await;
     let (status, hold, waited) = waiter.await.unwrap();
@@ -528,17 +549,9 @@ async fn events_are_kept_from_the_start_with_who_force_released_and_why() {
         .await;
     assert_eq!(s, StatusCode::OK, "{fr}");
     // The engine's events reach the recorder through a channel: wait for the last one.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let body = loop {
-        let (s, body) = team.get("/v1/locks/a%2Fev/events").await;
-        assert_eq!(s, StatusCode::OK, "{body}");
-        let last = body["events"].as_array().unwrap().last().cloned();
-        if last.is_some_and(|e| e["kind"] == "force_released" && e["by"] == "ops") {
-            break body;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{body}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    team.until_events("a%2Fev", "force_released", 1).await;
+    let (s, body) = team.get("/v1/locks/a%2Fev/events").await;
+    assert_eq!(s, StatusCode::OK, "{body}");
     let kinds: Vec<&str> = body["events"]
         .as_array()
         .unwrap()

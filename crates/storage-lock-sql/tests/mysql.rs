@@ -92,3 +92,57 @@ async fn old_pad_space_tables_are_migrated_to_byte_keys() {
         "'rv-pad ' is the same lock as 'rv-pad': {b:?}"
     );
 }
+
+/// Waiting survives a server restart (issue 26 #10): a MariaDB of the test's own (a fresh data
+/// directory, `innodb_flush_log_at_trx_commit = 1`, on a spare port) is killed with `SIGKILL`
+/// while a waiter waits and started again; the waiter keeps its later grant for its whole
+/// lease, the held hold is lost or still held with the storage agreeing, and fencing tokens
+/// after the restart are higher (`restart_keeps_fencing`, as for the other servers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_keeps_fencing() {
+    use storage_lock_testkit::restart::{
+        ServerProcess, restart_keeps_fencing, spare_port, wait_until,
+    };
+    let server_bin = ["/usr/sbin/mariadbd", "/usr/sbin/mysqld"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("mariadbd");
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut install = std::process::Command::new("mariadb-install-db");
+    install
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
+    if root {
+        install.arg("--user=root");
+    }
+    let out = install.output().expect("mariadb-install-db");
+    assert!(out.status.success(), "mariadb-install-db: {out:?}");
+    let port = spare_port();
+    let mut args = vec![
+        "--no-defaults".to_owned(),
+        format!("--datadir={}", data.display()),
+        format!("--port={port}"),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--socket={}", dir.path().join("sock").display()),
+        "--skip-log-bin".to_owned(),
+        "--innodb-flush-log-at-trx-commit=1".to_owned(),
+    ];
+    if root {
+        args.push("--user=root".to_owned());
+    }
+    let mut server = ServerProcess::start(server_bin, &args, dir.path().join("server.log"));
+    let url = format!("mysql://root@127.0.0.1:{port}/mysql");
+    let open = || MysqlStorage::builder().url(&url).table("restart").open();
+    let storage = wait_until("MariaDB starts", open).await;
+    restart_keeps_fencing(storage, async {
+        server.restart();
+        drop(wait_until("MariaDB restarts", open).await);
+    })
+    .await;
+}

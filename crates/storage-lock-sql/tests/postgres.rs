@@ -449,3 +449,21 @@ async fn a_fencing_token_at_the_column_bound_is_a_typed_error_naming_the_key() {
     ));
     s.release(&other, req.owner).await.unwrap();
 }
+
+/// Waiting survives a server restart (issue 26 #10): a waiter that saw connection errors while
+/// the test's own PostgreSQL crashed (`pg_ctl stop -m immediate`) and came back keeps its later
+/// grant for its whole lease, the held hold is lost or still held with the storage agreeing,
+/// and fencing tokens after the restart are higher (`restart_keeps_fencing`, as for etcd, NATS,
+/// S3 and Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_keeps_fencing() {
+    let mut server = OwnServer::init();
+    server.start();
+    let storage = server.open().await;
+    storage_lock_testkit::restart::restart_keeps_fencing(storage, async {
+        server.crash();
+        server.start();
+        drop(server.open().await);
+    })
+    .await;
+}

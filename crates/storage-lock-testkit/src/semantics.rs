@@ -25,6 +25,27 @@ fn opts(wait: Wait, lease: Duration) -> AcquireOptions {
     AcquireOptions::default().wait(wait).lease(lease)
 }
 
+/// Waits (up to 60 s: a loaded machine) until the engine behind `rx` reports `kind` for `key`:
+/// a test synchronises on the event instead of sleeping for it.
+async fn until_event(
+    rx: &mut tokio::sync::broadcast::Receiver<storage_lock_core::LockEvent>,
+    key: &str,
+    kind: LockEventKind,
+) {
+    let wait = async {
+        loop {
+            match rx.recv().await {
+                Ok(e) if e.kind == kind && &*e.key == key => return,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("the engine's events ended: {e}"),
+            }
+        }
+    };
+    timeout(Duration::from_secs(60), wait)
+        .await
+        .unwrap_or_else(|_| panic!("no {kind:?} event for {key} within 60 s"));
+}
+
 async fn hold(l: &impl DistributedLock, name: &str, lease: Duration) -> LockHandle {
     l.try_acquire(name, &opts(Wait::Never, lease))
         .await
@@ -60,6 +81,7 @@ pub async fn matrix_cancelled_wait_leaves_holder_intact<S: Storage>(s: S) {
     let name = unique_prefix("cancel");
     let h = hold(&l, &name, Duration::from_secs(30)).await;
     let cancel = CancellationToken::new();
+    let mut events = l.subscribe();
     let waiter = {
         let (l, name, cancel) = (l.clone(), name.clone(), cancel.clone());
         tokio::spawn(async move {
@@ -70,7 +92,8 @@ pub async fn matrix_cancelled_wait_leaves_holder_intact<S: Storage>(s: S) {
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Cancelled while it waits, not before it started.
+    until_event(&mut events, &name, LockEventKind::Contended).await;
     cancel.cancel();
     let result = timeout(Duration::from_secs(5), waiter)
         .await
@@ -222,8 +245,15 @@ pub async fn matrix_renewal_failure_is_fail_closed<S: Storage>(s: S) {
     // Taken over after expiry: the storage says "not held".
     let name2 = unique_prefix("failclosed-takeover");
     let h2 = hold(&l, &name2, Duration::from_millis(200)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let _other = hold(&l, &name2, Duration::from_secs(30)).await;
+    // Another owner takes it once the storage's clock says the lease is over.
+    let _other = l
+        .try_acquire(
+            &name2,
+            &opts(Wait::For(Duration::from_secs(60)), Duration::from_secs(30)),
+        )
+        .await
+        .unwrap()
+        .expect("taken over after the lease");
     assert_eq!(h2.try_renew(None).await.unwrap(), RenewalResult::Lost);
     assert!(h2.is_lost());
 }
@@ -688,6 +718,7 @@ pub async fn handoff_on_release<S: Storage>(s: S) {
     let l = locks(s.clone());
     let name = unique_prefix("handoff");
     let h = hold(&l, &name, Duration::from_secs(60)).await;
+    let mut events = l.subscribe();
     let waiter = {
         let (l, name) = (l.clone(), name.clone());
         tokio::spawn(async move {
@@ -700,7 +731,8 @@ pub async fn handoff_on_release<S: Storage>(s: S) {
             .map(|h| (h.fencing_token(), Instant::now()))
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Released while the waiter waits (it found the lock busy).
+    until_event(&mut events, &name, LockEventKind::Contended).await;
     let released = Instant::now();
     h.release().await.unwrap();
     let (token, got) = timeout(Duration::from_secs(5), waiter)
