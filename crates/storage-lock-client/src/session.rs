@@ -22,7 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use storage_lock_core::clock::BootInstant;
-use storage_lock_core::contract::{HoldGrant, HoldIo, validate_name};
+use storage_lock_core::contract::validate_name;
+use storage_lock_core::hold::{HoldGrant, HoldIo};
 use storage_lock_core::{
     AcquireOptions, DistributedLock, LockError, LockHandle, ProviderInfo, StorageError, Wait,
 };

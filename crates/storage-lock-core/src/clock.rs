@@ -126,7 +126,7 @@ pub fn boot_time() -> Option<Duration> {
 /// Handles count their local deadline on this clock, so time the machine spends suspended
 /// counts against the hold. A provider outside this crate takes one with
 /// [`BootInstant::now`] *before* it sends an acquire request and passes it in its
-/// [`crate::contract::HoldGrant`].
+/// [`crate::hold::HoldGrant`].
 ///
 /// # Examples
 /// ```

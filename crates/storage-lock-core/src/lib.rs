@@ -41,20 +41,24 @@ pub mod engine;
 #[cfg(any(test, feature = "testing"))]
 pub mod fault;
 pub mod fenced;
+pub mod hold;
+pub mod lock;
 pub mod memory;
 mod small_key;
 pub mod storage;
+mod telemetry;
 
 pub use clock::{Clock, ManualClock, SystemClock, boot_time};
 pub use contract::{
-    AcquireOptions, DistributedLock, KeyNormalizer, LockError, LockHandle, MAX_NAME_LEN,
-    PrefixNormalizer, ProviderInfo, RenewalResult, Wait,
+    AcquireOptions, KeyNormalizer, LockError, MAX_NAME_LEN, PrefixNormalizer, ProviderInfo, Wait,
 };
 pub use engine::{
     HoldGone, LockEvent, LockEventKind, OwnedHold, RENEW_BATCH, ReentrantHold, StorageLock,
-    StorageLockBuilder, describe_metrics,
+    StorageLockBuilder,
 };
 pub use fenced::{FencedResource, StaleToken};
+pub use hold::{LockHandle, RenewalResult};
+pub use lock::DistributedLock;
 pub use memory::MemoryStorage;
 pub use storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, DelegatedAdmin, Durability,
@@ -63,3 +67,4 @@ pub use storage::{
     Timestamp, Version, Waiters, redact_url,
 };
 pub use storage::{NotificationSource, Notifications, SourceEvent};
+pub use telemetry::describe_metrics;

@@ -32,21 +32,21 @@ pub enum LockError {
         /// The requested lease.
         lease: Duration,
     },
-    /// The key's next fencing token would come within [`crate::FENCING_HEADROOM`] of the largest
-    /// the storage represents ([`crate::Capabilities::fencing_bound`]): the key cannot be
+    /// The key's next fencing token would come within [`crate::storage::FENCING_HEADROOM`] of the largest
+    /// the storage represents ([`crate::storage::Capabilities::fencing_bound`]): the key cannot be
     /// granted again (use another name). Nothing is held: the grant was released before this
     /// error returned. A token this large comes from a record written by hand or corrupted,
     /// never from counting acquisitions.
     #[error(
         "lock key {key:?} reached fencing token {fencing}, within {headroom} of the storage's bound {bound}: it cannot be granted again; use another name",
-        headroom = crate::FENCING_HEADROOM
+        headroom = crate::storage::FENCING_HEADROOM
     )]
     FencingExhausted {
         /// The storage key.
         key: String,
         /// The token the storage granted (and the engine released).
         fencing: u64,
-        /// The storage's [`crate::Capabilities::fencing_bound`].
+        /// The storage's [`crate::storage::Capabilities::fencing_bound`].
         bound: u64,
     },
     /// The acquisition's cancellation token fired while waiting. Existing holders are unaffected.

@@ -30,16 +30,17 @@ use tracing::Instrument;
 use crate::clock::BootInstant;
 
 use super::StorageLock;
+use super::backend::EngineHold;
 use super::events::LockEventKind;
-use super::hold::EngineHold;
-use super::runtime::{GrantName, HoldGrant, HoldRuntime};
-use super::telemetry::{self, Finish};
-use crate::contract::{AcquireOptions, LockError, LockHandle, Wait};
+use crate::contract::{AcquireOptions, LockError, Wait};
+use crate::hold::LockHandle;
+use crate::hold::{GrantName, HoldGrant};
 use crate::small_key::SmallKey;
 use crate::storage::{
     AcquireOutcome, AcquireRequest, ChangeWait, HolderInfo, OwnerId, Storage, StorageError,
     Timestamp,
 };
+use crate::telemetry::{self, Finish};
 
 /// Longest sleep between attempts when the storage delivers notifications (a safety net in case
 /// one is lost, e.g. while a notification connection reconnects).
@@ -68,7 +69,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError> {
         options.validate()?;
-        super::runtime::lease_representable(options.lease)?;
+        crate::hold::lease_representable(options.lease)?;
         // Inline when short: the key needs no allocation of its own, here or in the handle.
         let key = SmallKey::new(&self.key_for(name)?);
         // Building a span (and an `Instrumented` wrapper) costs even when nobody listens.
@@ -102,9 +103,10 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         sent_at: granted.sent_at,
                         auto_renew: options.auto_renew,
                     };
-                    let runtime = HoldRuntime::start(grant, backend, Some(&self.shared.watchdogs));
+                    let runtime =
+                        crate::hold::start_watched(grant, backend, Some(&self.shared.watchdogs));
                     if self.watches_loss(options) {
-                        tokio::spawn(super::hold::watch_loss(
+                        tokio::spawn(super::backend::watch_loss(
                             runtime.clone(),
                             self.holds.clone(),
                             req.owner,

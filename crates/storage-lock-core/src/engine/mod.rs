@@ -4,23 +4,20 @@
 //! * `acquire` — the acquire loop: validate, arm a change notification, try, sleep until the
 //!   earliest of deadline / holder expiry / notification / jittered backoff; cancel safety;
 //!   retries of storage errors while the wait lasts.
-//! * `hold` — the storage side of a [`crate::LockHandle`]: renew and release through the storage.
-//! * `renewals` — the watchdogs' renewals, coalesced into [`Storage::renew_many`] calls.
-//! * `per_runtime` — one background task per tokio runtime (the renewal batcher and the watchdog
-//!   scheduler of `runtime` run on it).
+//! * `backend` — the storage side of a [`crate::LockHandle`]: renew and release through the
+//!   storage, and the loss watch (the handle's runtime is the [`crate::hold`] layer's).
+//! * `renewals` — the watchdogs' renewals, coalesced into [`Storage::renew_many`] calls (on the
+//!   hold layer's one task per tokio runtime).
 //! * `reentrant` — the explicit-owner reentrant API ([`StorageLock::lock_reentrant`]).
 //! * `owned` — holds by explicit owner without a handle, for servers ([`StorageLock::acquire_as`]).
-//! * `events` and `telemetry` — [`LockEvent`]s, `metrics` and `tracing`.
+//! * `events` — [`LockEvent`]s (`metrics` are the crate's `telemetry` module).
 
 mod acquire;
+mod backend;
 mod events;
-mod hold;
 mod owned;
-mod per_runtime;
 mod reentrant;
 mod renewals;
-pub(crate) mod runtime;
-mod telemetry;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -30,16 +27,17 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::contract::{
-    AcquireOptions, DistributedLock, KeyNormalizer, LockError, LockHandle, PrefixNormalizer,
-    ProviderInfo, validate_key, validate_name,
+    AcquireOptions, KeyNormalizer, LockError, PrefixNormalizer, ProviderInfo, validate_key,
+    validate_name,
 };
+use crate::hold::LockHandle;
+use crate::lock::DistributedLock;
 use crate::storage::{HolderInfo, Storage, StorageExt, TimeSource};
 
 pub use events::{LockEvent, LockEventKind};
 pub use owned::{HoldGone, OwnedHold};
 pub use reentrant::ReentrantHold;
 pub use renewals::RENEW_BATCH;
-pub use telemetry::describe_metrics;
 
 /// A [`DistributedLock`] over a [`Storage`]; one instance serves any number of keys.
 ///
@@ -91,7 +89,7 @@ pub(crate) struct EngineShared {
     /// The batcher the watchdogs of this engine's handles renew through.
     pub(crate) renewals: renewals::Renewals,
     /// The watchdogs of this engine's auto-renewed handles, on one timer structure.
-    pub(crate) watchdogs: runtime::Watchdogs,
+    pub(crate) watchdogs: crate::hold::Watchdogs,
 }
 
 impl<S: Storage + ?Sized> Clone for StorageLock<S> {
@@ -174,7 +172,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     ) -> Result<Option<LockHandle>, LockError> {
         self.acquire_handle(
             name,
-            &AcquireOptions::default().wait(crate::Wait::For(wait)),
+            &AcquireOptions::default().wait(crate::contract::Wait::For(wait)),
         )
         .await
     }
@@ -203,7 +201,10 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
     /// # }
     /// ```
-    pub async fn force_release(&self, name: &str) -> Result<Option<crate::LockRecord>, LockError> {
+    pub async fn force_release(
+        &self,
+        name: &str,
+    ) -> Result<Option<crate::storage::LockRecord>, LockError> {
         self.force_release_matching(name, None).await
     }
 
@@ -229,7 +230,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         &self,
         name: &str,
         fencing: u64,
-    ) -> Result<Option<crate::LockRecord>, LockError> {
+    ) -> Result<Option<crate::storage::LockRecord>, LockError> {
         self.force_release_matching(name, Some(fencing)).await
     }
 
@@ -237,7 +238,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         &self,
         name: &str,
         fencing: Option<u64>,
-    ) -> Result<Option<crate::LockRecord>, LockError> {
+    ) -> Result<Option<crate::storage::LockRecord>, LockError> {
         let key = self.key_for(name)?;
         let storage = self.storage.as_ref();
         let ended = match fencing {
@@ -335,7 +336,7 @@ impl<S: Storage + ?Sized> StorageLockBuilder<S> {
             fencing_limit: (caps.fencing_limit(), caps.fencing_bound),
             resumes: owned::Resumes::default(),
             renewals: renewals::Renewals::default(),
-            watchdogs: runtime::Watchdogs::default(),
+            watchdogs: crate::hold::Watchdogs::default(),
         });
         Ok(StorageLock {
             holds: HoldContext::new(&self.storage, &shared),
@@ -369,11 +370,11 @@ mod size {
     #[test]
     fn a_handle_stays_small() {
         let handle = std::mem::size_of::<
-            super::runtime::HoldRuntime<super::hold::EngineHold<crate::MemoryStorage>>,
+            crate::hold::HoldRuntime<super::backend::EngineHold<crate::memory::MemoryStorage>>,
         >();
         // 104 + 16 + 8 = 128 bytes; one byte more and glibc's next size class is 144.
         assert!(handle <= 104, "HoldRuntime<EngineHold> is {handle} bytes");
-        let record = std::mem::size_of::<crate::LockRecord>();
+        let record = std::mem::size_of::<crate::storage::LockRecord>();
         assert!(record <= 56, "LockRecord is {record} bytes");
     }
 }

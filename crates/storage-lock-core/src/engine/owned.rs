@@ -170,7 +170,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 reason: "the all-zero owner id is reserved".into(),
             });
         }
-        super::runtime::lease_representable(options.lease)?;
+        crate::hold::lease_representable(options.lease)?;
         let key = crate::small_key::SmallKey::new(&self.key_for(name)?);
         let mut req = self.request(owner, options, false);
         if let Some(mut holder) = holder {
@@ -181,7 +181,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let Some(granted) = self.acquire_loop(&key, &req, options, Some(ticket)).await? else {
             return Ok(None);
         };
-        super::telemetry::not_a_handle();
+        crate::telemetry::not_a_handle();
         let expires_at = self
             .expiry_or_release(key.as_str(), owner, &granted, options.lease)
             .await?;
@@ -222,7 +222,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         lease: Duration,
     ) -> Result<Option<SystemTime>, LockError> {
         AcquireOptions::default().lease(lease).validate()?;
-        super::runtime::lease_representable(lease)?;
+        crate::hold::lease_representable(lease)?;
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
         let outcome = self.storage.as_ref().renew(&key, owner, lease).await?;
         let RenewOutcome::Renewed { expires_at } = outcome else {

@@ -42,13 +42,13 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 reason: "the reentrant API has no watchdog; call renew_reentrant".into(),
             });
         }
-        super::runtime::lease_representable(options.lease)?;
+        crate::hold::lease_representable(options.lease)?;
         let key = crate::small_key::SmallKey::new(&self.key_for(name)?);
         let req = self.request(owner, options, true);
         let Some(granted) = self.acquire_loop(&key, &req, options, None).await? else {
             return Ok(None);
         };
-        super::telemetry::not_a_handle();
+        crate::telemetry::not_a_handle();
         let expires_at = self
             .expiry_or_release(key.as_str(), owner, &granted, options.lease)
             .await?;

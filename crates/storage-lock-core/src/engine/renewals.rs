@@ -3,13 +3,13 @@
 //! of up to [`RENEW_BATCH`] keys.
 //!
 //! How renewals come to coincide: each watchdog schedules its next renewal on a grid of one
-//! eighth of its period, shared by the whole process (see `runtime::aligned`), so handles with
+//! eighth of its period, shared by the whole process (see `hold::watchdog::aligned`), so handles with
 //! the same period renew at the same instants; the batcher collects what arrives within
 //! [`LINGER`] of the first request and sends it in one call. Handles renew at most one eighth of
 //! a period early; a renewal waits at most [`LINGER`] for its batch to leave, and then for the
 //! slowest key of the call (one round trip on a backend that overrides `renew_many`; the
 //! default renews the keys of a call concurrently). There is one batcher per engine and tokio
-//! runtime (see `engine::per_runtime`).
+//! runtime (see `hold::per_runtime`).
 //!
 //! Every key stays fail-closed on its own: each watchdog waits for its own answer only until its
 //! own local deadline, a batch call that fails as a whole fails each of its keys (their
@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::per_runtime::PerRuntime;
+use crate::hold::per_runtime::PerRuntime;
 use crate::small_key::SmallKey;
 use crate::storage::{OwnerId, RenewOutcome, RenewRequest, Storage, StorageError};
 

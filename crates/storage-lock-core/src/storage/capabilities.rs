@@ -45,11 +45,11 @@ impl Durability {
         backend: &str,
         problem: Option<String>,
         allow_volatile: bool,
-    ) -> Result<Self, crate::StorageError> {
+    ) -> Result<Self, super::StorageError> {
         match problem {
             None => Ok(Self::Durable),
             Some(_) if allow_volatile => Ok(Self::Volatile),
-            Some(problem) => Err(crate::StorageError::config(
+            Some(problem) => Err(super::StorageError::config(
                 backend,
                 format!(
                     "the server can forget held locks and fencing tokens: {problem}. Fix that \
@@ -94,8 +94,8 @@ pub struct Capabilities {
     pub durability_note: Option<&'static str>,
     /// The largest fencing token the storage represents exactly (a `BIGINT` column: 2^63 − 1;
     /// Redis scripts, whose numbers are doubles: 2^53 − 1; `u64::MAX` by default). The engine
-    /// refuses a grant whose token is within [`crate::FENCING_HEADROOM`] of it
-    /// ([`crate::LockError::FencingExhausted`], the grant released), well before the storage
+    /// refuses a grant whose token is within [`FENCING_HEADROOM`] of it
+    /// (`LockError::FencingExhausted`, the grant released), well before the storage
     /// could fail, wrap or round.
     pub fencing_bound: u64,
 }
@@ -123,9 +123,9 @@ impl Capabilities {
     }
 
     /// The largest fencing token the engine grants on this storage: [`Self::fencing_bound`]
-    /// less [`crate::FENCING_HEADROOM`].
+    /// less [`FENCING_HEADROOM`].
     pub const fn fencing_limit(&self) -> u64 {
-        self.fencing_bound.saturating_sub(crate::FENCING_HEADROOM)
+        self.fencing_bound.saturating_sub(FENCING_HEADROOM)
     }
 
     /// Sets [`Self::durability`] to [`Durability::Unverified`] with its

@@ -305,10 +305,10 @@ impl Page {
         mut names: Vec<String>,
         limit: usize,
         read: F,
-    ) -> Result<Self, crate::StorageError>
+    ) -> Result<Self, super::StorageError>
     where
         F: Fn(String) -> Fut,
-        Fut: std::future::Future<Output = Result<Option<Stored>, crate::StorageError>>,
+        Fut: std::future::Future<Output = Result<Option<Stored>, super::StorageError>>,
     {
         use futures_util::StreamExt;
         names.sort_unstable();
@@ -324,7 +324,7 @@ impl Page {
             match got {
                 Ok(Some(stored)) => rows.push((name, Ok(stored))),
                 Ok(None) => {}
-                Err(crate::StorageError::Corrupt { reason, .. }) => rows.push((name, Err(reason))),
+                Err(super::StorageError::Corrupt { reason, .. }) => rows.push((name, Err(reason))),
                 Err(e) => return Err(e),
             }
             if rows.len() > limit {

@@ -6,12 +6,13 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+use super::HoldContext;
 use super::events::LockEventKind;
-use super::runtime::{Backend, HoldCore, HoldRuntime, Releasing};
-use super::{HoldContext, telemetry};
 use crate::clock::BootInstant;
 use crate::contract::LockError;
+use crate::hold::{Backend, HoldCore, HoldRuntime, Releasing};
 use crate::storage::{LockRecord, OwnerId, RenewOutcome, Storage, StorageError};
+use crate::telemetry;
 
 /// What the engine keeps per hold besides the runtime's [`HoldCore`] (which has the key and the
 /// token): the storage, the engine, the owner secret and when the hold began. 32 bytes: that

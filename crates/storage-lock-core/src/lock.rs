@@ -1,8 +1,30 @@
+//! The entry point: [`DistributedLock`], the one trait application code depends on.
+//!
+//! Semantics in brief (each is a named test in `storage-lock-testkit`):
+//!
+//! | situation | result |
+//! |---|---|
+//! | busy and the wait budget ran out | `Ok(None)`, not an error |
+//! | wait cancelled | `Err(LockError::Cancelled)` (or the dropped future); the holder is unaffected |
+//! | blank / too long / control characters in the name | `Err(LockError::InvalidName)` before any storage call |
+//! | invalid options | `Err(LockError::InvalidOptions)` before any storage call |
+//! | lease ran out | handle is lost: `is_lost()`, `lost()` completes |
+//! | renewal cannot confirm the hold | `RenewalResult::Lost`, never a transport error |
+//! | second `release()` | no second storage call |
+//! | fencing token | strictly increasing per key, across processes |
+//! | same key twice from the same task | waits / times out: not reentrant |
+//!
+//! [`LockError::Cancelled`]: crate::LockError::Cancelled
+//! [`LockError::InvalidName`]: crate::LockError::InvalidName
+//! [`LockError::InvalidOptions`]: crate::LockError::InvalidOptions
+//! [`RenewalResult::Lost`]: crate::RenewalResult::Lost
+
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{AcquireOptions, LockError, LockHandle, ProviderInfo, Wait};
+use crate::contract::{AcquireOptions, LockError, ProviderInfo, Wait};
+use crate::hold::LockHandle;
 
 /// A distributed lock provider: the one trait application code depends on.
 ///

@@ -1,5 +1,5 @@
 //! [`LockHandle`]: what application code holds. Its runtime (state machine, timers, watchdog)
-//! lives in the engine (`engine::runtime`); this is the documented face.
+//! is this layer's `HoldRuntime`; this is the documented face.
 
 use std::fmt;
 use std::future::Future;
@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use super::LockError;
-use crate::engine::runtime::{HoldGrant, HoldIo, HoldRuntime, Io};
+use super::io::Io;
+use super::{HoldGrant, HoldIo, HoldRuntime};
+use crate::contract::LockError;
 
 /// The result of [`LockHandle::try_renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,17 +22,6 @@ pub enum RenewalResult {
     },
     /// Not held (any more). Unless the handle had been released normally, it is now lost.
     Lost,
-}
-
-/// The safety margin subtracted from a lease to get the handle's **local deadline**:
-/// 1 % of the lease (the clock-rate drift bound between holder and storage) plus 2 ms (the
-/// millisecond rounding of stored timestamps), at most half the lease.
-///
-/// The local deadline starts from a monotonic instant taken *before* the acquire/renew request
-/// was sent, so it always falls before the storage's expiry (which the storage computed later,
-/// from its own clock) as long as the clocks' rates differ by less than 1 %.
-pub fn safety_margin(lease: Duration) -> Duration {
-    (lease / 100 + Duration::from_millis(2)).min(lease / 2)
 }
 
 /// One hold of a lock.
@@ -64,7 +54,7 @@ impl LockHandle {
     /// # Examples
     /// See [`HoldIo`].
     pub fn start(grant: HoldGrant, io: impl HoldIo) -> Self {
-        Self::from_runtime(HoldRuntime::start(grant, Io(io), None))
+        Self::from_runtime(super::watchdog::start_watched(grant, Io(io), None))
     }
 
     /// The lock name given at acquisition (not the storage key).
@@ -175,7 +165,7 @@ impl LockHandle {
         self.runtime.expires_at()
     }
 
-    /// How long until the handle's **local deadline** (see [`safety_margin`]): the moment it
+    /// How long until the handle's **local deadline** (see [`super::safety_margin`]): the moment it
     /// turns lost unless a renewal is confirmed first. `None` once the handle is released or
     /// lost. A supervisor that must stop work before anyone else can hold the lock (the CLI's
     /// `run`) schedules that stop from this, not from [`Self::expires_at`] (another clock).
