@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use storage_lock::{HolderInfo, LockRecord, Timestamp};
+use storage_lock::backend::{HolderInfo, LockRecord, Timestamp};
 
 /// Writes `line` and a newline to stdout. Unlike `println!`, a closed stdout (`| head`) is an
 /// error to handle, not a panic.

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use storage_lock::Storage;
+use storage_lock::backend::Storage;
 use tokio::time::Instant;
 
 use crate::output;

@@ -47,7 +47,8 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use storage_lock::{AcquireOptions, HolderInfo, LockHandle};
+use storage_lock::backend::HolderInfo;
+use storage_lock::{AcquireOptions, LockHandle};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 

@@ -363,12 +363,12 @@ fn release_if_orphaned(watch: &Watch, held: Option<&Held>) {
         let release = async {
             let opened = crate::storage::open(
                 held.url.as_deref(),
-                storage_lock::HolderInfo::this_process(),
+                storage_lock::backend::HolderInfo::this_process(),
                 true,
             )
             .await
             .ok()?;
-            let owner = storage_lock::OwnerId::from_u128(held.owner);
+            let owner = storage_lock::backend::OwnerId::from_u128(held.owner);
             opened.storage.release(&held.key, owner).await.ok()
         };
         let _ = tokio::time::timeout(Duration::from_secs(10), release).await;

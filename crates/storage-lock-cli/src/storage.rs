@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use storage_lock::{Capabilities, Durability, HolderInfo, SqliteStorage, Storage, StorageLock};
+use storage_lock::backend::{Capabilities, Durability, HolderInfo, Storage};
+use storage_lock::{SqliteStorage, StorageLock};
 
 use crate::exit::{self, Failure};
 
@@ -241,7 +242,7 @@ pub fn describe_url(url: &str) -> String {
         };
         return format!("sqlite://{}{query}", abs.display());
     }
-    storage_lock::redact_url(url)
+    storage_lock::backend::redact_url(url)
 }
 
 /// An explicit `sqlite://` URL whose directory does not exist is refused (exit 69): a typo in

@@ -16,7 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use storage_lock::OwnerId;
+use storage_lock::backend::OwnerId;
 
 /// The version tag of the tokens `acquire` prints.
 const VERSION: &str = "v2";

@@ -238,15 +238,15 @@ const DURABLE_RELEASE: &str = "UPDATE storage_lock_bench SET version = version +
 
 /// Renewing [`RENEWED`] held keys: one `renew_many` call against one `renew` per key (all of
 /// them concurrently, up to the pool), the storage calls the watchdog makes per period.
-const RENEWED: usize = storage_lock::RENEW_BATCH;
+const RENEWED: usize = storage_lock::backend::RENEW_BATCH;
 
 async fn renew_batch_row(backend: &str, locks: &StorageLock) {
-    use storage_lock::{RenewRequest, Storage};
+    use storage_lock::backend::{RenewRequest, Storage};
     let storage = locks.storage().clone();
-    let owner = storage_lock::OwnerId::random();
+    let owner = storage_lock::backend::OwnerId::random();
     let tag = std::process::id();
     let keys: Vec<String> = (0..RENEWED).map(|i| format!("renew-{tag}-{i}")).collect();
-    let req = storage_lock::AcquireRequest {
+    let req = storage_lock::backend::AcquireRequest {
         owner,
         lease: Duration::from_secs(60),
         holder: None,
@@ -619,11 +619,11 @@ fn main() {
 /// Requests per acquire and per release (uncontended, 100 cycles of one key after a first
 /// cycle created its record), counted on the client: the primitives the default lock
 /// operations call (these backends have no overrides; their clock is local, not a request).
-async fn requests_per_op(storage: Arc<dyn storage_lock::Storage>) -> (f64, f64) {
+async fn requests_per_op(storage: Arc<dyn storage_lock::backend::Storage>) -> (f64, f64) {
     use storage_lock_core::fault::{FaultyStorage, Op, PrimitivesOnly};
     let counted = Arc::new(FaultyStorage::new(storage));
     let locks = StorageLock::new(PrimitivesOnly(counted.clone())).unwrap();
-    let total = |c: &FaultyStorage<Arc<dyn storage_lock::Storage>>| -> usize {
+    let total = |c: &FaultyStorage<Arc<dyn storage_lock::backend::Storage>>| -> usize {
         [Op::Get, Op::Create, Op::Update, Op::Delete, Op::List]
             .into_iter()
             .map(|op| c.calls(op))

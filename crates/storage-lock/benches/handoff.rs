@@ -84,7 +84,7 @@ fn main() {
 
 async fn sqlite_locks(db: &str, wake: bool) -> StorageLock {
     let storage = storage_lock::SqliteStorage::open(db).await.unwrap();
-    let storage: std::sync::Arc<dyn storage_lock::Storage> = if wake {
+    let storage: std::sync::Arc<dyn storage_lock::backend::Storage> = if wake {
         std::sync::Arc::new(storage)
     } else {
         // The same file without change notifications: waiters back off.

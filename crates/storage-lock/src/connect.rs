@@ -90,7 +90,7 @@ pub fn schemes() -> impl Iterator<Item = &'static str> {
 /// # Examples
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock::ConnectError> {
-/// use storage_lock::{PageRequest, StorageExt};
+/// use storage_lock::backend::{PageRequest, StorageExt};
 /// let storage = storage_lock::connect_storage("memory:").await?;
 /// let held = storage.list_locks("", &PageRequest::default()).await?;
 /// assert!(held.entries.is_empty());

@@ -4,8 +4,10 @@
 //! every backend held to the same two test suites; handles carry a **fencing token**, an
 //! authoritative expiry, a **lost** signal and fail-closed renewal.
 //!
-//! This crate is the facade: it re-exports the contract and the engine from
-//! [`storage_lock_core`] and opens any compiled-in backend from a URL with [`connect`].
+//! This crate is the facade: its root holds what an application uses (open a storage from a URL
+//! with [`connect`], or a backend's builder with [`StorageLock`]; take locks through
+//! [`DistributedLock`]; the [`LockHandle`], its options and errors; [`FencedResource`] for the
+//! protected side), and [`backend`] what a backend author or a tool on stored records needs.
 //!
 //! | URL | backend | feature |
 //! |---|---|---|
@@ -40,17 +42,11 @@
 mod connect;
 
 pub use connect::{ConnectError, connect, connect_storage, schemes};
-pub use storage_lock_core::redact_url;
 pub use storage_lock_core::{
-    AcquireOptions, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock,
-    DelegatedAdmin, DistributedLock, Durability, FencedResource, HolderInfo, KeyNormalizer,
-    LockError, LockEvent, LockEventKind, LockHandle, LockRecord, MAX_NAME_LEN, ManualClock,
-    MemoryStorage, OwnerId, Page, PageRequest, PrefixNormalizer, ProviderInfo, RENEW_BATCH,
-    ReentrantHold, ReleaseOutcome, RenewOutcome, RenewRequest, RenewalResult, StaleToken, Storage,
-    StorageError, StorageExt, StorageLock, StorageLockBuilder, Stored, SweepReport, SystemClock,
-    TimeSource, Timestamp, Version, Wait,
+    AcquireOptions, DistributedLock, FencedResource, KeyNormalizer, LockError, LockEvent,
+    LockEventKind, LockHandle, MAX_NAME_LEN, MemoryStorage, PrefixNormalizer, ProviderInfo,
+    ReentrantHold, RenewalResult, StaleToken, StorageError, StorageLock, StorageLockBuilder, Wait,
 };
-pub use storage_lock_core::{clock, contract, engine, fenced, memory, storage};
 #[cfg(feature = "etcd")]
 pub use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
 #[cfg(feature = "nats")]
@@ -65,3 +61,20 @@ pub use storage_lock_sql::{MysqlStorage, MysqlStorageBuilder};
 pub use storage_lock_sql::{PostgresStorage, PostgresStorageBuilder};
 #[cfg(feature = "sqlite")]
 pub use storage_lock_sql::{SqliteStorage, SqliteStorageBuilder};
+
+/// For backend authors and tools that work on stored records: the [`backend::Storage`] trait
+/// (required compare-and-set primitives, provided lock operations), its records, capabilities
+/// and clocks, the hold layer's seam for providers that are not a storage
+/// ([`backend::HoldIo`]), and the core's modules. An application needs none of it: it takes
+/// locks through [`connect`] (or a backend's builder and [`StorageLock`]) and
+/// [`DistributedLock`].
+pub mod backend {
+    pub use storage_lock_core::hold::{HoldGrant, HoldIo};
+    pub use storage_lock_core::{
+        AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock, DelegatedAdmin,
+        Durability, FENCING_HEADROOM, HolderInfo, LockRecord, ManualClock, OwnerId, Page,
+        PageRequest, RENEW_BATCH, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageExt,
+        Stored, SweepReport, SystemClock, TimeSource, Timestamp, Version, redact_url,
+    };
+    pub use storage_lock_core::{clock, contract, engine, fenced, hold, lock, memory, storage};
+}

@@ -84,10 +84,13 @@ async fn passwords_are_redacted_from_errors() {
         assert!(!shown.contains("s3cret"), "{url}: {shown}");
     }
     assert_eq!(
-        storage_lock::redact_url("postgres://u:pw@h:5/db?x=1"),
+        storage_lock::backend::redact_url("postgres://u:pw@h:5/db?x=1"),
         "postgres://u:***@h:5/db?x=1"
     );
-    assert_eq!(storage_lock::redact_url("redis://h:1/"), "redis://h:1/");
+    assert_eq!(
+        storage_lock::backend::redact_url("redis://h:1/"),
+        "redis://h:1/"
+    );
     // Builders print no password either.
     let pg = storage_lock::PostgresStorage::builder().url("postgres://u:s3cret@h/db");
     let redis = storage_lock::RedisStorage::builder().url("redis://:s3cret@h/");

@@ -17,7 +17,8 @@
 //! 76: the script lost the lock.
 
 use serde_json::json;
-use storage_lock::{AcquireOptions, HolderInfo, OwnerId};
+use storage_lock::AcquireOptions;
+use storage_lock::backend::{HolderInfo, OwnerId};
 use tokio::time::Instant;
 
 use super::{busy_notice, validate_lease, validate_name};

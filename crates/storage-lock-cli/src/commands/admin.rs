@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use storage_lock::{Durability, HolderInfo, TimeSource};
+use storage_lock::backend::{Durability, HolderInfo, TimeSource};
 
 use crate::cli::{BreakArgs, CheckArgs};
 use crate::commands::validate_name;

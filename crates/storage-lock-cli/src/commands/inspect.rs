@@ -4,10 +4,10 @@
 //! are judged by the storage's clock ([`Storage::now`]), like the locks themselves.
 
 use std::io::Write;
-use storage_lock::StorageExt;
+use storage_lock::backend::StorageExt;
 
 use serde_json::Value;
-use storage_lock::{HolderInfo, PageRequest, Storage};
+use storage_lock::backend::{HolderInfo, PageRequest, Storage};
 
 use super::validate_name;
 use crate::cli::{InspectArgs, ListArgs};

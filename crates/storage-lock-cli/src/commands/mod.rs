@@ -8,7 +8,7 @@ pub mod sweep;
 
 use std::time::Duration;
 
-use storage_lock::Storage;
+use storage_lock::backend::Storage;
 
 use crate::exit::Failure;
 use crate::output;
@@ -16,7 +16,7 @@ use crate::output;
 /// Checks a lock name before any storage is opened (empty, blank, over 255 bytes, control
 /// characters → usage error).
 pub fn validate_name(name: &str) -> Result<(), Failure> {
-    storage_lock::contract::validate_name(name).map_err(|e| Failure::usage(e.to_string()))
+    storage_lock::backend::contract::validate_name(name).map_err(|e| Failure::usage(e.to_string()))
 }
 
 /// Checks a lease: at least 10 ms (storage timestamps have millisecond resolution).

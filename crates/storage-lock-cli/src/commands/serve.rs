@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use std::path::PathBuf;
 use std::time::Duration;
-use storage_lock::HolderInfo;
+use storage_lock::backend::HolderInfo;
 
 use storage_lock_server::{Auth, AuthHandle, Server, TlsConfig, hash_token};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -183,7 +183,7 @@ async fn reload_auth(path: PathBuf, handle: AuthHandle, mut hup: Signal) {
 }
 
 fn rand_u128() -> u128 {
-    storage_lock::OwnerId::random().as_u128()
+    storage_lock::backend::OwnerId::random().as_u128()
 }
 
 /// A TOML basic string (JSON string escaping is valid TOML).

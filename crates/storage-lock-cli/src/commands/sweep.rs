@@ -1,12 +1,12 @@
 //! `sweep`: delete records of locks that have been free for a while.
 //!
-//! Uses [`storage_lock::StorageExt::sweep`]: before deleting, the storage raises its fencing floor
+//! Uses [`storage_lock::backend::StorageExt::sweep`]: before deleting, the storage raises its fencing floor
 //! above the deleted records' tokens, so a swept lock's next holder still gets a higher fencing
 //! token than any earlier one. Held locks are never deleted. Needs a storage with conditional
 //! delete (SQLite has it); others fail with a storage error (exit 69).
 
-use storage_lock::HolderInfo;
-use storage_lock::StorageExt;
+use storage_lock::backend::HolderInfo;
+use storage_lock::backend::StorageExt;
 
 use crate::cli::SweepArgs;
 use crate::exit::Failure;

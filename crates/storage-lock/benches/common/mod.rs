@@ -59,7 +59,7 @@ impl RawSqlite {
 }
 
 /// p50/p99 of release → waiter-holds, over `n` hand-offs of one key.
-pub async fn handoff<S: storage_lock::Storage + ?Sized>(
+pub async fn handoff<S: storage_lock::backend::Storage + ?Sized>(
     locks: &storage_lock::StorageLock<S>,
     n: usize,
 ) -> (std::time::Duration, std::time::Duration) {
