@@ -85,7 +85,7 @@ impl<S: Storage> FaultyStorage<S> {
         self.fail_renewals.store(on, Ordering::SeqCst);
     }
 
-    /// The next `n` `try_acquire` calls are applied by the wrapped storage, but their answers are
+    /// The next `n` `acquire_once` calls are applied by the wrapped storage, but their answers are
     /// "lost": the caller gets a backend error (a connection that broke after the request left).
     pub fn lose_next_acquire_answers(&self, n: usize) {
         self.lost_answers.store(n, Ordering::SeqCst);

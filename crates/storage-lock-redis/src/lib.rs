@@ -1,6 +1,6 @@
 //! [`RedisStorage`]: storage-lock on Redis.
 //!
-//! * `try_acquire`, `renew` and `release` are each **one Lua script** (one round trip), judged by
+//! * `acquire_once`, `renew` and `release` are each **one Lua script** (one round trip), judged by
 //!   Redis `TIME` inside the script; `get`/`create`/`update`/`delete` are one command or script.
 //! * Fencing tokens live in the record, which never expires (a released lock is a tombstone), so
 //!   they survive release and lease expiry; sweeps raise a floor record first.

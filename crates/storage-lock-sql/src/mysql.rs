@@ -7,8 +7,8 @@
 //! | `renew` | 1 | `UPDATE … SET expires_at = LAST_INSERT_ID(now + lease)`: the OK packet carries the new expiry |
 //! | `renew_many` (the watchdog's batches) | 4 per batch | in one transaction, an `UPDATE … JOIN` of the batch's keys that writes one random version, then a `SELECT` of the rows: a key was renewed iff its owner's row carries that version |
 //! | `release` | 1 | `UPDATE … SET count = LAST_INSERT_ID(count - 1)`: the OK packet carries the levels left |
-//! | `try_acquire` on MariaDB | 1 | an `INSERT … ON DUPLICATE KEY UPDATE … RETURNING` that writes this request's random version only if the key is free (or its own to re-enter) and returns the row as the statement left it: the request won iff the row carries its version, and a busy answer carries the holder |
-//! | `try_acquire` on MySQL 8 | **2** | the same upsert without `RETURNING`, then a `SELECT` of the row |
+//! | `acquire_once` on MariaDB | 1 | an `INSERT … ON DUPLICATE KEY UPDATE … RETURNING` that writes this request's random version only if the key is free (or its own to re-enter) and returns the row as the statement left it: the request won iff the row carries its version, and a busy answer carries the holder |
+//! | `acquire_once` on MySQL 8 | **2** | the same upsert without `RETURNING`, then a `SELECT` of the row |
 //!
 //! MySQL 8 has no `RETURNING`, and the outcome has three values (fencing token, depth, expiry)
 //! where `LAST_INSERT_ID` carries one, so it needs the second statement; `open` asks the server

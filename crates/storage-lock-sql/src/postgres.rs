@@ -1,6 +1,6 @@
 //! [`PostgresStorage`]: locks in a PostgreSQL table, judged by the server's clock.
 //!
-//! * `try_acquire`, `renew` and `release` are each **one statement** (one round trip): an
+//! * `acquire_once`, `renew` and `release` are each **one statement** (one round trip): an
 //!   `INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING` that takes a free or expired key;
 //!   `UPDATE … RETURNING`. A **busy** acquisition takes a second statement, which marks the
 //!   record and reports its holder: the statement that takes a key stays small, and the server

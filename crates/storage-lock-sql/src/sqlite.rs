@@ -5,7 +5,7 @@
 //!   [`SqliteStorageBuilder::allow_volatile`], `?durability=volatile`), a busy timeout (default 5 s) so concurrent writers
 //!   from several processes queue instead of failing.
 //! * Each lock operation is **one statement** (`INSERT … ON CONFLICT DO UPDATE … WHERE …
-//!   RETURNING`, `UPDATE … RETURNING`); only a busy `try_acquire` reads once more to report the
+//!   RETURNING`, `UPDATE … RETURNING`); only a busy `acquire_once` reads once more to report the
 //!   holder.
 //! * **Time** is the host's boot clock (`CLOCK_BOOTTIME` on Linux: it neither steps when the
 //!   wall clock is set nor stops during a suspend), plus an offset that the first process to
