@@ -268,7 +268,7 @@ fn check_sqlite_dir(url: &str) -> Result<(), Failure> {
 
 /// Whether `storage` shows who owns a record (a lock server keeps owners secret).
 pub fn shows_owners(storage: &dyn Storage) -> bool {
-    storage.name() != "remote"
+    !storage.capabilities().owners_hidden
 }
 
 #[cfg(test)]

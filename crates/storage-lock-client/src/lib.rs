@@ -376,7 +376,11 @@ impl RemoteStorage {
             .map_err(|f| storage.fail(f, "connect"))?;
         let caps = Capabilities::linearizable()
             .with_change_notifications(true)
-            .with_linearizable_cas(info.linearizable_cas);
+            .with_linearizable_cas(info.linearizable_cas)
+            .with_owners_hidden(true)
+            .with_round_trips(
+                "1 / 1 / 1 requests to the lock server (plus its storage's own behind it)",
+            );
         storage.capabilities = match info.durability.as_str() {
             "durable" => caps.with_durability(Durability::Durable),
             "volatile" => caps.with_durability(Durability::Volatile),
@@ -546,25 +550,6 @@ impl Storage for RemoteStorage {
             .await
             .map_err(|f| self.fail(f, "get"))?;
         Ok(self.stored(info, now_ts())?.map(|(_, s)| s))
-    }
-
-    async fn create(&self, _key: &str, _record: &LockRecord) -> Result<Version, StorageError> {
-        Err(StorageError::Unsupported {
-            backend: NAME.into(),
-            operation: "create (the server does not expose raw compare-and-set)",
-        })
-    }
-
-    async fn update(
-        &self,
-        _key: &str,
-        _expected: &Version,
-        _record: &LockRecord,
-    ) -> Result<Version, StorageError> {
-        Err(StorageError::Unsupported {
-            backend: NAME.into(),
-            operation: "update (the server does not expose raw compare-and-set)",
-        })
     }
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {

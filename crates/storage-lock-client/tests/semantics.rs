@@ -52,3 +52,20 @@ mod postgres {
     }
     storage_lock_testkit::storage_lock_remote_suite!(storage);
 }
+
+/// A lock server's client is a storage by role, not by pretence: it offers no compare-and-set
+/// primitives (no `create`/`update` that could only fail), says that it hides owners and how
+/// many requests each operation takes, and its admin operations run on the server.
+#[tokio::test]
+async fn a_remote_storage_has_no_primitives_and_says_what_it_hides() {
+    use storage_lock_core::StorageExt;
+    let remote = serve(Arc::new(MemoryStorage::new())).await;
+    assert!(remote.primitives().is_none());
+    let caps = remote.capabilities();
+    assert!(caps.owners_hidden);
+    assert!(caps.round_trips.is_some_and(|r| r.contains("lock server")));
+    assert!(remote.delegated_admin().is_some());
+    assert_eq!(remote.fencing_floor().await.unwrap(), 0);
+    let local = MemoryStorage::new();
+    assert!(local.primitives().is_some() && !local.capabilities().owners_hidden);
+}

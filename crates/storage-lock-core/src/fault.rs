@@ -12,8 +12,8 @@ use async_trait::async_trait;
 
 use crate::storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
-    PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored,
-    Timestamp, Version,
+    PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError,
+    Stored, Timestamp, Version,
 };
 
 /// One kind of [`Storage`] call, for [`FaultyStorage::calls`].
@@ -160,23 +160,6 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         self.enter(Op::Get).await?;
         self.inner.get(key).await
     }
-    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        self.enter(Op::Create).await?;
-        self.inner.create(key, record).await
-    }
-    async fn update(
-        &self,
-        key: &str,
-        expected: &Version,
-        record: &LockRecord,
-    ) -> Result<Version, StorageError> {
-        self.enter(Op::Update).await?;
-        self.inner.update(key, expected, record).await
-    }
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        self.enter(Op::Delete).await?;
-        self.inner.delete(key, expected).await
-    }
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
         self.enter(Op::List).await?;
         self.inner.list(prefix, page).await
@@ -238,6 +221,51 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     fn delegated_admin(&self) -> Option<&dyn crate::storage::DelegatedAdmin> {
         self.inner.delegated_admin()
     }
+
+    fn primitives(&self) -> Option<&dyn Primitives> {
+        // Only what the wrapped storage has.
+        self.inner.primitives().map(|_| self as &dyn Primitives)
+    }
+}
+
+#[async_trait]
+impl<S: Storage> Primitives for FaultyStorage<S> {
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        self.enter(Op::Create).await?;
+        inner_primitives(&self.inner, "create")?
+            .create(key, record)
+            .await
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        self.enter(Op::Update).await?;
+        inner_primitives(&self.inner, "update")?
+            .update(key, expected, record)
+            .await
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        self.enter(Op::Delete).await?;
+        inner_primitives(&self.inner, "delete")?
+            .delete(key, expected)
+            .await
+    }
+}
+
+/// The primitives of a wrapped storage, or [`StorageError::Unsupported`] if it has none.
+fn inner_primitives<'a, S: Storage>(
+    inner: &'a S,
+    op: &'static str,
+) -> Result<&'a dyn Primitives, StorageError> {
+    inner.primitives().ok_or_else(|| StorageError::Unsupported {
+        backend: inner.name().to_owned(),
+        operation: op,
+    })
 }
 
 /// A view of a storage that exposes only its primitives, so the **default** lock operations
@@ -260,21 +288,38 @@ impl<S: Storage> Storage for PrimitivesOnly<S> {
     async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
         self.0.get(key).await
     }
-    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        self.0.create(key, record).await
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        self.0.list(prefix, page).await
     }
+
+    fn primitives(&self) -> Option<&dyn Primitives> {
+        // Only what the wrapped storage has.
+        self.0.primitives().map(|_| self as &dyn Primitives)
+    }
+}
+
+#[async_trait]
+impl<S: Storage> Primitives for PrimitivesOnly<S> {
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        inner_primitives(&self.0, "create")?
+            .create(key, record)
+            .await
+    }
+
     async fn update(
         &self,
         key: &str,
         expected: &Version,
         record: &LockRecord,
     ) -> Result<Version, StorageError> {
-        self.0.update(key, expected, record).await
+        inner_primitives(&self.0, "update")?
+            .update(key, expected, record)
+            .await
     }
+
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        self.0.delete(key, expected).await
-    }
-    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
-        self.0.list(prefix, page).await
+        inner_primitives(&self.0, "delete")?
+            .delete(key, expected)
+            .await
     }
 }

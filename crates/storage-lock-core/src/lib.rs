@@ -9,7 +9,7 @@
 //! | coordinate tasks of one process, nothing to install | [`MemoryStorage`] with [`StorageLock`] |
 //! | hold a lock counted by an explicit owner id (reentrant) | [`StorageLock::lock_reentrant`] |
 //! | serve locks to remote clients that name their owner (idempotent retries) | [`StorageLock::acquire_as`] |
-//! | add a backend | implement the required methods of [`Storage`], then stamp the suites of `storage-lock-testkit` |
+//! | add a backend | implement the reads of [`Storage`] and the writes of [`Primitives`] (`primitives()` returns `Some(self)`), override lock operations the store can decide in one round trip, then stamp the suites of `storage-lock-testkit` with one macro call |
 //! | make a protected resource reject stale holders | [`FencedResource`] and the fencing token of a [`LockHandle`] |
 //!
 //! # Data flow
@@ -62,9 +62,9 @@ pub use lock::DistributedLock;
 pub use memory::MemoryStorage;
 pub use storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, DelegatedAdmin, Durability,
-    FENCING_HEADROOM, HolderInfo, LockRecord, OwnerId, Page, PageRequest, ReleaseOutcome,
-    RenewOutcome, RenewRequest, Storage, StorageError, StorageExt, Stored, SweepReport, TimeSource,
-    Timestamp, Version, Waiters, redact_url,
+    FENCING_HEADROOM, HolderInfo, LockRecord, OwnerId, Page, PageRequest, Primitives,
+    ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, StorageExt, Stored,
+    SweepReport, TimeSource, Timestamp, Version, Waiters, redact_url,
 };
 pub use storage::{NotificationSource, Notifications, SourceEvent};
 pub use telemetry::describe_metrics;

@@ -17,8 +17,8 @@ use crate::storage::TimeSource;
 use crate::storage::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use crate::storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
-    PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored,
-    Timestamp, Version,
+    PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError,
+    Stored, Timestamp, Version,
 };
 
 /// A storage in this process's memory: one table for any number of keys, change notifications
@@ -216,6 +216,7 @@ impl Storage for MemoryStorage {
             .with_conditional_delete(true)
             .with_change_notifications(true)
             .with_process_local(true)
+            .with_round_trips("0 (one mutex hold in this process)")
             .with_time_source(self.time_source)
     }
 
@@ -229,42 +230,6 @@ impl Storage for MemoryStorage {
             record: e.record.clone(),
             version: Version::from_u64(e.version),
         }))
-    }
-
-    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        let mut table = self.table();
-        if table.current(key).is_some() {
-            return Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            });
-        }
-        Ok(Version::from_u64(table.put(key, record.clone())))
-    }
-
-    async fn update(
-        &self,
-        key: &str,
-        expected: &Version,
-        record: &LockRecord,
-    ) -> Result<Version, StorageError> {
-        let mut table = self.table();
-        if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
-            return Err(StorageError::Conflict {
-                key: key.to_owned(),
-            });
-        }
-        Ok(Version::from_u64(table.put(key, record.clone())))
-    }
-
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        let mut table = self.table();
-        if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
-            return Err(StorageError::Conflict {
-                key: key.to_owned(),
-            });
-        }
-        table.remove(key);
-        Ok(())
     }
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
@@ -383,6 +348,49 @@ impl Storage for MemoryStorage {
         Ok(ChangeWait::new(async move {
             let _ = rx.changed().await;
         }))
+    }
+
+    fn primitives(&self) -> Option<&dyn Primitives> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Primitives for MemoryStorage {
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let mut table = self.table();
+        if table.current(key).is_some() {
+            return Err(StorageError::AlreadyExists {
+                key: key.to_owned(),
+            });
+        }
+        Ok(Version::from_u64(table.put(key, record.clone())))
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let mut table = self.table();
+        if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
+            return Err(StorageError::Conflict {
+                key: key.to_owned(),
+            });
+        }
+        Ok(Version::from_u64(table.put(key, record.clone())))
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let mut table = self.table();
+        if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
+            return Err(StorageError::Conflict {
+                key: key.to_owned(),
+            });
+        }
+        table.remove(key);
+        Ok(())
     }
 }
 

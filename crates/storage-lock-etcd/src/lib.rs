@@ -49,8 +49,8 @@ use storage_lock_core::storage::encoding::{decode_record, encode_record};
 use storage_lock_core::storage::url::UrlParts;
 use storage_lock_core::{
     Capabilities, ChangeWait, Clock, LockRecord, NotificationSource, Notifications, Page,
-    PageRequest, SourceEvent, Storage, StorageError, Stored, SystemClock, TimeSource, Timestamp,
-    Version,
+    PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored, SystemClock, TimeSource,
+    Timestamp, Version,
 };
 
 const NAME: &str = "etcd";
@@ -340,6 +340,10 @@ impl Storage for EtcdStorage {
             .with_conditional_delete(true)
             .with_change_notifications(true)
             .with_time_source(TimeSource::Injected)
+            .with_round_trips(
+                "3 / 2 / 2 (the record and, for a free key, the fencing floor, then one \
+                 compare-and-set Txn)",
+            )
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
@@ -361,56 +365,6 @@ impl Storage for EtcdStorage {
                 })
             })
             .transpose()
-    }
-
-    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        let k = self.full(key);
-        let put = TxnOp::put(k.clone(), encode_record(record, 0), None);
-        self.cas(
-            "create",
-            Compare::create_revision(k, CompareOp::Equal, 0),
-            put,
-        )
-        .await?
-        .ok_or_else(|| StorageError::AlreadyExists {
-            key: key.to_owned(),
-        })
-    }
-
-    async fn update(
-        &self,
-        key: &str,
-        expected: &Version,
-        record: &LockRecord,
-    ) -> Result<Version, StorageError> {
-        let rev = expected_revision(key, expected)?;
-        let k = self.full(key);
-        let put = TxnOp::put(k.clone(), encode_record(record, 0), None);
-        self.cas(
-            "update",
-            Compare::mod_revision(k, CompareOp::Equal, rev),
-            put,
-        )
-        .await?
-        .ok_or_else(|| StorageError::Conflict {
-            key: key.to_owned(),
-        })
-    }
-
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        let rev = expected_revision(key, expected)?;
-        let k = self.full(key);
-        let del = TxnOp::delete(k.clone(), None);
-        self.cas(
-            "delete",
-            Compare::mod_revision(k, CompareOp::Equal, rev),
-            del,
-        )
-        .await?
-        .map(drop)
-        .ok_or_else(|| StorageError::Conflict {
-            key: key.to_owned(),
-        })
     }
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
@@ -461,6 +415,63 @@ impl Storage for EtcdStorage {
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
         Ok(self.hub.arm(key).await)
+    }
+
+    fn primitives(&self) -> Option<&dyn Primitives> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Primitives for EtcdStorage {
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let k = self.full(key);
+        let put = TxnOp::put(k.clone(), encode_record(record, 0), None);
+        self.cas(
+            "create",
+            Compare::create_revision(k, CompareOp::Equal, 0),
+            put,
+        )
+        .await?
+        .ok_or_else(|| StorageError::AlreadyExists {
+            key: key.to_owned(),
+        })
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let rev = expected_revision(key, expected)?;
+        let k = self.full(key);
+        let put = TxnOp::put(k.clone(), encode_record(record, 0), None);
+        self.cas(
+            "update",
+            Compare::mod_revision(k, CompareOp::Equal, rev),
+            put,
+        )
+        .await?
+        .ok_or_else(|| StorageError::Conflict {
+            key: key.to_owned(),
+        })
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let rev = expected_revision(key, expected)?;
+        let k = self.full(key);
+        let del = TxnOp::delete(k.clone(), None);
+        self.cas(
+            "delete",
+            Compare::mod_revision(k, CompareOp::Equal, rev),
+            del,
+        )
+        .await?
+        .map(drop)
+        .ok_or_else(|| StorageError::Conflict {
+            key: key.to_owned(),
+        })
     }
 }
 

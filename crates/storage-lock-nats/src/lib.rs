@@ -58,8 +58,8 @@ use storage_lock_core::storage::encoding::{
 use storage_lock_core::storage::url::UrlParts;
 use storage_lock_core::{
     Capabilities, ChangeWait, Clock, Durability, LockRecord, NotificationSource, Notifications,
-    Page, PageRequest, SourceEvent, Storage, StorageError, Stored, SystemClock, TimeSource,
-    Timestamp, Version,
+    Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored, SystemClock,
+    TimeSource, Timestamp, Version,
 };
 
 const NAME: &str = "nats";
@@ -454,7 +454,11 @@ impl Storage for NatsStorage {
         let caps = Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_change_notifications(true)
-            .with_time_source(TimeSource::Injected);
+            .with_time_source(TimeSource::Injected)
+            .with_round_trips(
+                "3 / 2 / 2 (the record and, for a free key, the fencing floor, then one \
+                 revision-checked write)",
+            );
         match self.durability {
             Durability::Unverified => caps.with_unverified_durability(
                 "a bucket with fewer than 3 replicas keeps acknowledged writes through a \
@@ -479,6 +483,41 @@ impl Storage for NatsStorage {
         }
     }
 
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let wanted = self.full(prefix);
+        let names: Vec<String> = self
+            .store
+            .keys()
+            .await
+            .map_err(err("list"))?
+            .try_filter_map(|k| {
+                let name = k
+                    .starts_with(&wanted)
+                    .then(|| self.name_of(&k))
+                    .flatten()
+                    .filter(|n| page.after.as_deref().is_none_or(|a| n.as_str() > a));
+                async move { Ok(name) }
+            })
+            .try_collect()
+            .await
+            .map_err(err("list"))?;
+        Page::gather(names, page.effective_limit(), |name| async move {
+            self.get(&name).await
+        })
+        .await
+    }
+
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        Ok(self.hub.arm(key).await)
+    }
+
+    fn primitives(&self) -> Option<&dyn Primitives> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Primitives for NatsStorage {
     /// A write expecting no message on the subject; if there is one and it is a delete or purge
     /// marker, a write expecting that marker. Only a lost expectation is `AlreadyExists`: any
     /// other failure (a timeout whose write may have landed) stays an error of unknown outcome.
@@ -545,34 +584,6 @@ impl Storage for NatsStorage {
             }
             Err(e) => Err(StorageError::backend(NAME, "delete", e)),
         }
-    }
-
-    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
-        let wanted = self.full(prefix);
-        let names: Vec<String> = self
-            .store
-            .keys()
-            .await
-            .map_err(err("list"))?
-            .try_filter_map(|k| {
-                let name = k
-                    .starts_with(&wanted)
-                    .then(|| self.name_of(&k))
-                    .flatten()
-                    .filter(|n| page.after.as_deref().is_none_or(|a| n.as_str() > a));
-                async move { Ok(name) }
-            })
-            .try_collect()
-            .await
-            .map_err(err("list"))?;
-        Page::gather(names, page.effective_limit(), |name| async move {
-            self.get(&name).await
-        })
-        .await
-    }
-
-    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
-        Ok(self.hub.arm(key).await)
     }
 }
 

@@ -58,8 +58,8 @@ use storage_lock_core::storage::encoding::{
     decode_record, encode_record, escape_key, unescape_key,
 };
 use storage_lock_core::{
-    Capabilities, Clock, LockRecord, Page, PageRequest, Storage, StorageError, Stored, SystemClock,
-    TimeSource, Timestamp, Version,
+    Capabilities, Clock, LockRecord, Page, PageRequest, Primitives, Storage, StorageError, Stored,
+    SystemClock, TimeSource, Timestamp, Version,
 };
 
 const NAME: &str = "object-store";
@@ -257,7 +257,12 @@ impl Storage for ObjectStoreStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::linearizable().with_time_source(TimeSource::Injected)
+        Capabilities::linearizable()
+            .with_time_source(TimeSource::Injected)
+            .with_round_trips(
+                "3 / 2 / 2 (a GET of the record and, for a free key, of the fencing floor, then \
+                 one conditional PUT)",
+            )
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
@@ -282,6 +287,41 @@ impl Storage for ObjectStoreStorage {
         }))
     }
 
+    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
+        let wanted = escape_key(prefix);
+        let dir = self.prefix.clone();
+        let names: Vec<String> = self
+            .store
+            .list(Some(&dir))
+            .try_filter_map(|meta| {
+                let name = meta
+                    .location
+                    .prefix_match(&dir)
+                    .and_then(|mut parts| {
+                        let first = parts.next()?;
+                        parts.next().is_none().then(|| first.as_ref().to_owned())
+                    })
+                    .filter(|escaped| escaped.starts_with(&wanted))
+                    .and_then(|escaped| unescape_key(&escaped))
+                    .filter(|n| page.after.as_deref().is_none_or(|a| n.as_str() > a));
+                async move { Ok(name) }
+            })
+            .try_collect()
+            .await
+            .map_err(err("list"))?;
+        Page::gather(names, page.effective_limit(), |name| async move {
+            self.get(&name).await
+        })
+        .await
+    }
+
+    fn primitives(&self) -> Option<&dyn Primitives> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Primitives for ObjectStoreStorage {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         match self.put(key, record, PutMode::Create).await {
             Ok(v) => Ok(v),
@@ -315,34 +355,6 @@ impl Storage for ObjectStoreStorage {
             ) => Err(conflict()),
             Err(e) => Err(err("update")(e)),
         }
-    }
-
-    async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
-        let wanted = escape_key(prefix);
-        let dir = self.prefix.clone();
-        let names: Vec<String> = self
-            .store
-            .list(Some(&dir))
-            .try_filter_map(|meta| {
-                let name = meta
-                    .location
-                    .prefix_match(&dir)
-                    .and_then(|mut parts| {
-                        let first = parts.next()?;
-                        parts.next().is_none().then(|| first.as_ref().to_owned())
-                    })
-                    .filter(|escaped| escaped.starts_with(&wanted))
-                    .and_then(|escaped| unescape_key(&escaped))
-                    .filter(|n| page.after.as_deref().is_none_or(|a| n.as_str() > a));
-                async move { Ok(name) }
-            })
-            .try_collect()
-            .await
-            .map_err(err("list"))?;
-        Page::gather(names, page.effective_limit(), |name| async move {
-            self.get(&name).await
-        })
-        .await
     }
 }
 

@@ -161,12 +161,28 @@ async fn a_retried_write_that_landed_is_not_reported_as_lost() {
         expires_at: Timestamp::from_millis(2),
         holder: None,
     };
-    let v1 = s.create("k", &record).await.expect("create landed");
-    let v2 = s.update("k", &v1, &record).await.expect("update landed");
+    let v1 = storage_lock_testkit::cas(&s)
+        .create("k", &record)
+        .await
+        .expect("create landed");
+    let v2 = storage_lock_testkit::cas(&s)
+        .update("k", &v1, &record)
+        .await
+        .expect("update landed");
     assert_eq!(s.get("k").await.unwrap().unwrap().version, v2);
     // A real conflict is still one.
-    assert!(s.update("k", &v1, &record).await.is_err());
-    assert!(s.create("k", &record).await.is_err());
+    assert!(
+        storage_lock_testkit::cas(&s)
+            .update("k", &v1, &record)
+            .await
+            .is_err()
+    );
+    assert!(
+        storage_lock_testkit::cas(&s)
+            .create("k", &record)
+            .await
+            .is_err()
+    );
     // And the whole semantics of a lock hold on such a store.
     conformance::racing_creates_have_one_winner(storage(RetriedAfterLostAnswer::default())).await;
     conformance::racing_updates_have_one_winner(storage(RetriedAfterLostAnswer::default())).await;

@@ -84,10 +84,18 @@ async fn equal_writes_get_distinct_versions() {
         expires_at: Timestamp::from_millis(2),
         holder: None,
     };
-    let v1 = s.create(&key, &record).await.unwrap();
-    let v2 = s.update(&key, &v1, &record).await.unwrap();
+    let v1 = storage_lock_testkit::cas(&s)
+        .create(&key, &record)
+        .await
+        .unwrap();
+    let v2 = storage_lock_testkit::cas(&s)
+        .update(&key, &v1, &record)
+        .await
+        .unwrap();
     assert_ne!(v1, v2, "two writes of one record share a version");
-    let stale = s.update(&key, &v1, &record).await;
+    let stale = storage_lock_testkit::cas(&s)
+        .update(&key, &v1, &record)
+        .await;
     assert!(
         matches!(stale, Err(StorageError::Conflict { .. })),
         "{stale:?}"

@@ -39,8 +39,8 @@ use redis::{Client, Script, Value};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
-    NotificationSource, Notifications, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome,
-    RenewRequest, SourceEvent, Storage, StorageError, Stored, Timestamp, Version,
+    NotificationSource, Notifications, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome,
+    RenewOutcome, RenewRequest, SourceEvent, Storage, StorageError, Stored, Timestamp, Version,
 };
 
 const NAME: &str = "redis";
@@ -470,7 +470,8 @@ impl Storage for RedisStorage {
         let caps = Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_change_notifications(true)
-            .with_fencing_bound((1 << 53) - 1);
+            .with_fencing_bound((1 << 53) - 1)
+            .with_round_trips("1 / 1 / 1 (one Lua script each, on Redis TIME)");
         match self.durability {
             Durability::Unverified => caps.with_unverified_durability(
                 "the server refuses CONFIG GET (managed services do), so its persistence \
@@ -496,67 +497,6 @@ impl Storage for RedisStorage {
             .await
             .map_err(err("get"))?;
         decode(key, h)
-    }
-
-    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        let version = Version::random();
-        let mut inv = self.scripts.create.key(self.redis_key(key));
-        record_args(&mut inv, &version, record);
-        let created: i64 = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(err("create"))?;
-        if created == 1 {
-            Ok(version)
-        } else {
-            Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            })
-        }
-    }
-
-    async fn update(
-        &self,
-        key: &str,
-        expected: &Version,
-        record: &LockRecord,
-    ) -> Result<Version, StorageError> {
-        let version = Version::random();
-        let mut inv = self.scripts.update.key(self.redis_key(key));
-        inv.arg(version_arg(expected));
-        record_args(&mut inv, &version, record);
-        let updated: i64 = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(err("update"))?;
-        if updated == 1 {
-            if record.count == 0 && !storage_lock_core::storage::ops::is_reserved_key(key) {
-                self.announce_free(key).await;
-            }
-            Ok(version)
-        } else {
-            Err(StorageError::Conflict {
-                key: key.to_owned(),
-            })
-        }
-    }
-
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        let deleted: i64 = self
-            .scripts
-            .delete
-            .key(self.redis_key(key))
-            .arg(version_arg(expected))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(err("delete"))?;
-        if deleted == 1 {
-            Ok(())
-        } else {
-            Err(StorageError::Conflict {
-                key: key.to_owned(),
-            })
-        }
     }
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
@@ -753,5 +693,73 @@ impl Storage for RedisStorage {
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
         Ok(self.hub.arm(key).await)
+    }
+
+    fn primitives(&self) -> Option<&dyn Primitives> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Primitives for RedisStorage {
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let version = Version::random();
+        let mut inv = self.scripts.create.key(self.redis_key(key));
+        record_args(&mut inv, &version, record);
+        let created: i64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("create"))?;
+        if created == 1 {
+            Ok(version)
+        } else {
+            Err(StorageError::AlreadyExists {
+                key: key.to_owned(),
+            })
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError> {
+        let version = Version::random();
+        let mut inv = self.scripts.update.key(self.redis_key(key));
+        inv.arg(version_arg(expected));
+        record_args(&mut inv, &version, record);
+        let updated: i64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("update"))?;
+        if updated == 1 {
+            if record.count == 0 && !storage_lock_core::storage::ops::is_reserved_key(key) {
+                self.announce_free(key).await;
+            }
+            Ok(version)
+        } else {
+            Err(StorageError::Conflict {
+                key: key.to_owned(),
+            })
+        }
+    }
+
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let deleted: i64 = self
+            .scripts
+            .delete
+            .key(self.redis_key(key))
+            .arg(version_arg(expected))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err("delete"))?;
+        if deleted == 1 {
+            Ok(())
+        } else {
+            Err(StorageError::Conflict {
+                key: key.to_owned(),
+            })
+        }
     }
 }

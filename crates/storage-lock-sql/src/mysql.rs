@@ -420,6 +420,11 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
             .with_conditional_delete(true)
             .with_durability(self.durability)
             .with_fencing_bound(crate::row::FENCING_BOUND)
+            .with_round_trips(if self.returning {
+                "1 / 1 / 1 (one statement each; MariaDB's upsert returns the row)"
+            } else {
+                "2 / 1 / 1 (no RETURNING from an upsert: the acquisition reads the row after)"
+            })
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {

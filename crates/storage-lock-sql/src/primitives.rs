@@ -19,7 +19,8 @@
 //! never repeats for a key (not even after the row was deleted and recreated) and no dialect
 //! needs `RETURNING` for the primitives.
 
-/// `impl Storage for $ty { get, create, update, delete, list, …the rest given }` for a type
+/// `impl Storage for $ty { get, list, primitives, …the rest given }` and `impl Primitives for
+/// $ty { create, update, delete }` for a type
 /// with `pool` and `sql` (a `Statements`) fields and an inherent `async fn announce_free(&self,
 /// key: &str)`, with `err(op)` mapping driver errors in scope.
 /// (One macro emits the whole impl so that `#[async_trait]` sees every method.)
@@ -39,6 +40,44 @@ macro_rules! impl_sql_storage {
             row.map(|r| crate::row::decode(key, &r)).transpose()
         }
 
+        async fn list(
+            &self,
+            prefix: &str,
+            page: &storage_lock_core::PageRequest,
+        ) -> Result<storage_lock_core::Page, storage_lock_core::StorageError> {
+            use sqlx::Row as _;
+            let limit = page.effective_limit();
+            let rows = sqlx::query(&self.sql.list)
+                .bind(prefix)
+                .bind(prefix)
+                .bind(page.after.as_deref().unwrap_or(""))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(err("list"))?;
+            // A row that does not decode is reported in the page, not fatal to the listing.
+            let rows = rows
+                .iter()
+                .map(|r| {
+                    let key: String = r
+                        .try_get("lock_key")
+                        .map_err(|e| crate::row::corrupt("?", e))?;
+                    let stored = crate::row::decode(&key, r).map_err(|e| e.to_string());
+                    Ok((key, stored))
+                })
+                .collect::<Result<Vec<_>, storage_lock_core::StorageError>>()?;
+            Ok(storage_lock_core::Page::from_sorted_results(rows, limit))
+        }
+
+        fn primitives(&self) -> Option<&dyn storage_lock_core::Primitives> {
+            Some(self)
+        }
+
+        $($rest)*
+        }
+
+        #[async_trait::async_trait]
+        impl storage_lock_core::Primitives for $ty {
         async fn create(
             &self,
             key: &str,
@@ -127,37 +166,6 @@ macro_rules! impl_sql_storage {
                 Err(storage_lock_core::StorageError::Conflict { key: key.to_owned() })
             }
         }
-
-        async fn list(
-            &self,
-            prefix: &str,
-            page: &storage_lock_core::PageRequest,
-        ) -> Result<storage_lock_core::Page, storage_lock_core::StorageError> {
-            use sqlx::Row as _;
-            let limit = page.effective_limit();
-            let rows = sqlx::query(&self.sql.list)
-                .bind(prefix)
-                .bind(prefix)
-                .bind(page.after.as_deref().unwrap_or(""))
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(err("list"))?;
-            // A row that does not decode is reported in the page, not fatal to the listing.
-            let rows = rows
-                .iter()
-                .map(|r| {
-                    let key: String = r
-                        .try_get("lock_key")
-                        .map_err(|e| crate::row::corrupt("?", e))?;
-                    let stored = crate::row::decode(&key, r).map_err(|e| e.to_string());
-                    Ok((key, stored))
-                })
-                .collect::<Result<Vec<_>, storage_lock_core::StorageError>>()?;
-            Ok(storage_lock_core::Page::from_sorted_results(rows, limit))
-        }
-
-        $($rest)*
         }
     };
 }

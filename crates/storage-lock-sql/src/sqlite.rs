@@ -498,6 +498,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             .with_time_source(self.time_source)
             .with_durability(self.durability)
             .with_fencing_bound(crate::row::FENCING_BOUND)
+            .with_round_trips("1 / 1 / 1 (one statement each)")
     }
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {

@@ -430,7 +430,10 @@ async fn a_fencing_token_at_the_column_bound_is_a_typed_error_naming_the_key() {
         expires_at: Timestamp::from_millis(1),
         holder: None,
     };
-    s.create(&key, &record).await.unwrap();
+    storage_lock_testkit::cas(&s)
+        .create(&key, &record)
+        .await
+        .unwrap();
     let req = AcquireRequest {
         owner: OwnerId::random(),
         lease: std::time::Duration::from_secs(5),

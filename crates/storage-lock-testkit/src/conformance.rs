@@ -13,7 +13,7 @@ use storage_lock_core::{
     ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, SystemClock,
 };
 
-use crate::unique_prefix;
+use crate::{cas, unique_prefix};
 
 /// Writers in the racing cases.
 pub const RACERS: usize = 16;
@@ -77,7 +77,7 @@ pub async fn create_then_get<S: Storage>(s: S) {
     for (i, rec) in [with_note, without_note, anonymous].into_iter().enumerate() {
         let key = format!("{p}{i}");
         assert!(s.get(&key).await.unwrap().is_none());
-        let v = s.create(&key, &rec).await.unwrap();
+        let v = cas(&s).create(&key, &rec).await.unwrap();
         let got = s.get(&key).await.unwrap().expect("created record");
         assert_eq!(got.record, rec);
         assert_eq!(got.version, v);
@@ -88,8 +88,8 @@ pub async fn create_then_get<S: Storage>(s: S) {
 pub async fn create_duplicate_is_already_exists<S: Storage>(s: S) {
     let key = unique_prefix("dup") + "k";
     let first = record(OwnerId::random(), 1, None);
-    s.create(&key, &first).await.unwrap();
-    let err = s
+    cas(&s).create(&key, &first).await.unwrap();
+    let err = cas(&s)
         .create(&key, &record(OwnerId::random(), 2, None))
         .await
         .unwrap_err();
@@ -102,20 +102,20 @@ pub async fn create_duplicate_is_already_exists<S: Storage>(s: S) {
 pub async fn stale_update_is_conflict<S: Storage>(s: S) {
     let p = unique_prefix("stale_update");
     let key = format!("{p}k");
-    let v1 = s
+    let v1 = cas(&s)
         .create(&key, &record(OwnerId::random(), 1, None))
         .await
         .unwrap();
     let second = record(OwnerId::random(), 2, None);
-    let v2 = s.update(&key, &v1, &second).await.unwrap();
+    let v2 = cas(&s).update(&key, &v1, &second).await.unwrap();
     assert_ne!(v1, v2, "an update must change the version");
-    let err = s
+    let err = cas(&s)
         .update(&key, &v1, &record(OwnerId::random(), 3, None))
         .await
         .unwrap_err();
     assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
     assert_eq!(s.get(&key).await.unwrap().unwrap().record, second);
-    let err = s
+    let err = cas(&s)
         .update(&format!("{p}missing"), &v2, &second)
         .await
         .unwrap_err();
@@ -126,25 +126,25 @@ pub async fn stale_update_is_conflict<S: Storage>(s: S) {
 /// the record. Storages without conditional delete say [`StorageError::Unsupported`].
 pub async fn stale_delete_is_conflict<S: Storage>(s: S) {
     let key = unique_prefix("stale_delete") + "k";
-    let v1 = s
+    let v1 = cas(&s)
         .create(&key, &record(OwnerId::random(), 1, None))
         .await
         .unwrap();
-    let v2 = s
+    let v2 = cas(&s)
         .update(&key, &v1, &record(OwnerId::random(), 2, None))
         .await
         .unwrap();
     if !s.capabilities().conditional_delete {
-        let err = s.delete(&key, &v2).await.unwrap_err();
+        let err = cas(&s).delete(&key, &v2).await.unwrap_err();
         assert!(matches!(err, StorageError::Unsupported { .. }), "{err:?}");
         return;
     }
-    let err = s.delete(&key, &v1).await.unwrap_err();
+    let err = cas(&s).delete(&key, &v1).await.unwrap_err();
     assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
     assert!(s.get(&key).await.unwrap().is_some());
-    s.delete(&key, &v2).await.unwrap();
+    cas(&s).delete(&key, &v2).await.unwrap();
     assert!(s.get(&key).await.unwrap().is_none());
-    let err = s.delete(&key, &v2).await.unwrap_err();
+    let err = cas(&s).delete(&key, &v2).await.unwrap_err();
     assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
 }
 
@@ -166,7 +166,8 @@ pub async fn racing_creates_have_one_winner<S: Storage>(s: S) {
     let results = race(Arc::new(s), |s, i| {
         let key = key.clone();
         tokio::spawn(async move {
-            s.create(&key, &record(OwnerId::random(), i as u64, None))
+            cas(&s)
+                .create(&key, &record(OwnerId::random(), i as u64, None))
                 .await
         })
     })
@@ -183,14 +184,15 @@ pub async fn racing_creates_have_one_winner<S: Storage>(s: S) {
 /// [`RACERS`] concurrent `update`s from the same version: exactly one wins, the rest conflict.
 pub async fn racing_updates_have_one_winner<S: Storage>(s: S) {
     let key = unique_prefix("racing_updates") + "k";
-    let v = s
+    let v = cas(&s)
         .create(&key, &record(OwnerId::random(), 0, None))
         .await
         .unwrap();
     let results = race(Arc::new(s), |s, i| {
         let (key, v) = (key.clone(), v.clone());
         tokio::spawn(async move {
-            s.update(&key, &v, &record(OwnerId::random(), i as u64, None))
+            cas(&s)
+                .update(&key, &v, &record(OwnerId::random(), i as u64, None))
                 .await
         })
     })
@@ -269,19 +271,22 @@ pub async fn list_by_prefix_in_pages<S: Storage>(s: S) {
     let p = unique_prefix("list");
     let mut keys: Vec<String> = (0..5).map(|i| format!("{p}k{i}")).collect();
     for k in keys.iter().rev() {
-        s.create(k, &record(OwnerId::random(), 1, None))
+        cas(&s)
+            .create(k, &record(OwnerId::random(), 1, None))
             .await
             .unwrap();
     }
-    s.create(&p, &record(OwnerId::random(), 1, None))
+    cas(&s)
+        .create(&p, &record(OwnerId::random(), 1, None))
         .await
         .unwrap();
-    s.create(
-        &format!("{}other", unique_prefix("list")),
-        &record(OwnerId::random(), 1, None),
-    )
-    .await
-    .unwrap();
+    cas(&s)
+        .create(
+            &format!("{}other", unique_prefix("list")),
+            &record(OwnerId::random(), 1, None),
+        )
+        .await
+        .unwrap();
     s.raise_fencing_floor(1).await.unwrap();
     keys.insert(0, p.clone());
     let mut seen = Vec::new();
@@ -842,7 +847,8 @@ pub async fn keys_differing_by_padding_case_or_normalization_are_distinct<S: Sto
 pub async fn list_with_page_size_zero_makes_progress<S: Storage>(s: S) {
     let p = unique_prefix("page0");
     for k in ["a", "b"] {
-        s.create(&format!("{p}{k}"), &record(OwnerId::random(), 1, None))
+        cas(&s)
+            .create(&format!("{p}{k}"), &record(OwnerId::random(), 1, None))
             .await
             .unwrap();
     }

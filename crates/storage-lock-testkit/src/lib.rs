@@ -37,6 +37,15 @@ pub fn unique_prefix(test: &str) -> String {
     format!("t{:016x}/{test}/", rand::random::<u64>())
 }
 
+/// The compare-and-set primitives of `s`, for cases that write records directly.
+///
+/// # Panics
+/// If the storage has none (a lock server's client: its suite leaves those cases out).
+pub fn cas<S: storage_lock_core::Storage + ?Sized>(s: &S) -> &dyn storage_lock_core::Primitives {
+    s.primitives()
+        .expect("the storage has compare-and-set primitives")
+}
+
 /// Stamps every case of both suites as `#[tokio::test]`s for the storage made by `$factory`
 /// (a path to an `async fn() -> impl Storage`), in two modules: `overrides` (the backend as it
 /// is) and `defaults` (only its primitives, so the default lock operations run).

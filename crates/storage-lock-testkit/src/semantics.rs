@@ -15,7 +15,7 @@ use storage_lock_core::{
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 
-use crate::{OverlapDetector, unique_prefix};
+use crate::{OverlapDetector, cas, unique_prefix};
 
 fn locks<S: Storage>(s: S) -> StorageLock<S> {
     StorageLock::new(s).expect("storage passes the capability gate")
@@ -1032,7 +1032,10 @@ pub async fn fencing_tokens_stop_well_before_the_storage_bound<S: Storage>(s: S)
     };
     let at_limit = format!("{prefix}at-limit");
     let key = l.key_for(&at_limit).unwrap().into_owned();
-    l.storage().create(&key, &free_record(limit)).await.unwrap();
+    cas(l.storage())
+        .create(&key, &free_record(limit))
+        .await
+        .unwrap();
     let r = l
         .try_acquire(&at_limit, &opts(Wait::Never, Duration::from_secs(30)))
         .await;
@@ -1054,7 +1057,7 @@ pub async fn fencing_tokens_stop_well_before_the_storage_bound<S: Storage>(s: S)
     );
     let below = format!("{prefix}below");
     let below_key = l.key_for(&below).unwrap().into_owned();
-    l.storage()
+    cas(l.storage())
         .create(&below_key, &free_record(limit - 1))
         .await
         .unwrap();
@@ -1065,7 +1068,7 @@ pub async fn fencing_tokens_stop_well_before_the_storage_bound<S: Storage>(s: S)
     // fencing floor to it).
     for k in [key, below_key] {
         if let Ok(Some(s)) = l.storage().get(&k).await {
-            let _ = l.storage().delete(&k, &s.version).await;
+            let _ = cas(l.storage()).delete(&k, &s.version).await;
         }
     }
 }

@@ -72,22 +72,6 @@ pub async fn break_lock(args: BreakArgs, url: Option<&str>, quiet: bool) -> Resu
     }
 }
 
-/// What each backend documents about its lock operations' round trips.
-fn round_trips(backend: &str) -> &'static str {
-    match backend {
-        "memory" => "0 (one mutex hold in this process)",
-        "sqlite" => "1 / 1 / 1 (one statement each)",
-        "postgres" => "1 / 1 / 1 (one statement each, on the server clock; a busy acquire 2)",
-        "mysql" => "2 / 1 / 1 (no RETURNING from an upsert)",
-        "redis" => "1 / 1 / 1 (one Lua script each, on Redis TIME)",
-        "etcd" => "2 / 2 / 2 (a read, then one compare-and-set Txn)",
-        "nats" => "2 / 2 / 2 (a read, then one revision-checked write)",
-        "object-store" => "2 / 2 / 2 (a GET, then one conditional PUT)",
-        "remote" => "1 / 1 / 1 requests to the lock server (plus its storage's own behind it)",
-        _ => "see the backend's documentation",
-    }
-}
-
 /// `check`'s verdict: `ok` (exit 0), `unverified` (the storage's durability could not be
 /// read and the URL does not accept that: exit 78) or `unsafe` (it cannot keep the lock's
 /// guarantees: exit 78).
@@ -110,6 +94,9 @@ pub async fn check(args: CheckArgs, url: Option<&str>, _quiet: bool) -> Result<u
     // `check` reports what `open` would warn about itself.
     let opened = storage::open(url, HolderInfo::this_process(), true).await?;
     let caps = opened.storage.capabilities();
+    let round_trips = caps
+        .round_trips
+        .unwrap_or("not stated by the backend (see its documentation)");
     let backend = opened.storage.name();
     let behind = opened
         .storage
@@ -186,7 +173,7 @@ pub async fn check(args: CheckArgs, url: Option<&str>, _quiet: bool) -> Result<u
             "process_local": caps.process_local,
             "conditional_delete": caps.conditional_delete,
             "change_notifications": caps.change_notifications,
-            "round_trips": round_trips(backend),
+            "round_trips": round_trips,
             "verdict": verdict_name,
             "problems": problems,
         });
@@ -224,10 +211,7 @@ pub async fn check(args: CheckArgs, url: Option<&str>, _quiet: bool) -> Result<u
                 "change notifications (hand-off without polling): {}",
                 yes_no(caps.change_notifications)
             ),
-            format!(
-                "round trips per acquire / renew / release: {}",
-                round_trips(backend)
-            ),
+            format!("round trips per acquire / renew / release: {round_trips}"),
             format!("verdict: {verdict_text}"),
         ];
         for line in lines {

@@ -98,6 +98,12 @@ pub struct Capabilities {
     /// (`LockError::FencingExhausted`, the grant released), well before the storage
     /// could fail, wrap or round.
     pub fencing_bound: u64,
+    /// Records come back with their owner hidden ([`crate::OwnerId::NOBODY`]): a lock server
+    /// keeps owners secret, so a caller cannot tell its own hold from another's by reading.
+    pub owners_hidden: bool,
+    /// Round trips per acquire / renew / release, with how, for people (`storage-lock check`
+    /// prints it); `None` if the backend does not say.
+    pub round_trips: Option<&'static str>,
 }
 
 impl Capabilities {
@@ -113,7 +119,21 @@ impl Capabilities {
             durability: Durability::Durable,
             durability_note: None,
             fencing_bound: u64::MAX,
+            owners_hidden: false,
+            round_trips: None,
         }
+    }
+
+    /// Sets [`Self::owners_hidden`].
+    pub const fn with_owners_hidden(mut self, yes: bool) -> Self {
+        self.owners_hidden = yes;
+        self
+    }
+
+    /// Sets [`Self::round_trips`].
+    pub const fn with_round_trips(mut self, how: &'static str) -> Self {
+        self.round_trips = Some(how);
+        self
     }
 
     /// Sets [`Self::fencing_bound`].

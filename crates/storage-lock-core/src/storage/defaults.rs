@@ -8,11 +8,11 @@ use std::time::Duration;
 use super::StorageExt;
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use super::{
-    AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, ReleaseOutcome, RenewOutcome,
-    RenewRequest, Storage, StorageError, Stored, SweepReport, Timestamp, Version,
+    AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, Primitives, ReleaseOutcome,
+    RenewOutcome, RenewRequest, Storage, StorageError, Stored, SweepReport, Timestamp, Version,
 };
 
-pub(super) async fn try_acquire<S: Storage + ?Sized>(
+pub(super) async fn try_acquire<S: Primitives + ?Sized>(
     s: &S,
     key: &str,
     req: &AcquireRequest,
@@ -62,7 +62,7 @@ pub(super) async fn try_acquire<S: Storage + ?Sized>(
 /// After `record` was created under `version`: if the fencing floor has reached its token,
 /// raises the token above the floor (compare-and-set on `version`). `None` if the record
 /// changed meanwhile (only possible once its lease ran out): acquire again.
-async fn settle_fresh_token<S: Storage + ?Sized>(
+async fn settle_fresh_token<S: Primitives + ?Sized>(
     s: &S,
     key: &str,
     version: Version,
@@ -83,7 +83,7 @@ async fn settle_fresh_token<S: Storage + ?Sized>(
     }
 }
 
-pub(super) async fn renew<S: Storage + ?Sized>(
+pub(super) async fn renew<S: Primitives + ?Sized>(
     s: &S,
     key: &str,
     owner: OwnerId,
@@ -114,7 +114,7 @@ pub(super) async fn renew<S: Storage + ?Sized>(
     }
 }
 
-pub(super) async fn release<S: Storage + ?Sized>(
+pub(super) async fn release<S: Primitives + ?Sized>(
     s: &S,
     key: &str,
     owner: OwnerId,
@@ -145,7 +145,7 @@ pub(super) async fn release<S: Storage + ?Sized>(
     }
 }
 
-pub(super) async fn force_release<S: Storage + ?Sized>(
+pub(super) async fn force_release<S: Primitives + ?Sized>(
     s: &S,
     key: &str,
     fencing: Option<u64>,
@@ -178,7 +178,7 @@ pub(super) async fn fencing_floor<S: Storage + ?Sized>(s: &S) -> Result<u64, Sto
         .map_or(0, |stored| stored.record.fencing))
 }
 
-pub(super) async fn raise_fencing_floor<S: Storage + ?Sized>(
+pub(super) async fn raise_fencing_floor<S: Primitives + ?Sized>(
     s: &S,
     to: u64,
 ) -> Result<u64, StorageError> {
@@ -206,7 +206,7 @@ pub(super) async fn raise_fencing_floor<S: Storage + ?Sized>(
     }
 }
 
-pub(super) async fn sweep<S: Storage + ?Sized>(
+pub(super) async fn sweep<S: Primitives + ?Sized>(
     s: &S,
     prefix: &str,
     older_than: Duration,
@@ -255,7 +255,7 @@ pub(super) async fn sweep<S: Storage + ?Sized>(
 
 /// Creates the record if there was none, else updates it conditionally on the version read;
 /// returns the new version.
-async fn write<S: Storage + ?Sized>(
+async fn write<S: Primitives + ?Sized>(
     s: &S,
     key: &str,
     current: Option<&Stored>,

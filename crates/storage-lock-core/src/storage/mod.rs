@@ -1,9 +1,13 @@
-//! The storage layer: one object-safe trait with a few **required** compare-and-set primitives
-//! and **provided** lock operations built on them.
+//! The storage layer: the object-safe [`Storage`] trait (reads, the clock and the lock
+//! operations the engine calls) and [`Primitives`] (the compare-and-set writes the provided lock
+//! operations are built on), split by role: a storage that has no raw compare-and-set to offer
+//! (a lock server's client) implements only [`Storage`], overriding the lock operations.
 //!
-//! A backend implements the primitives ([`Storage::get`], [`Storage::create`],
-//! [`Storage::update`], optionally [`Storage::delete`], [`Storage::now`], [`Storage::list`],
-//! [`Storage::capabilities`], [`Storage::name`]) and gets correct lock operations for free. A
+//! A backend over a store implements the reads ([`Storage::get`], [`Storage::list`],
+//! [`Storage::now`], [`Storage::capabilities`], [`Storage::name`]), the writes
+//! ([`Primitives::create`], [`Primitives::update`], optionally [`Primitives::delete`]) and
+//! `fn primitives(&self) -> Option<&dyn Primitives> { Some(self) }`, and gets correct lock
+//! operations for free. A
 //! backend that can do better overrides [`Storage::acquire_once`], [`Storage::renew`] and
 //! [`Storage::release`] to take one round trip each (one SQL statement on the database clock, one
 //! Redis script using `TIME`, …), [`Storage::renew_many`] to renew the watchdog's batches in one
@@ -59,27 +63,6 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     /// The record under `key`, with its version.
     async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError>;
 
-    /// Inserts `record` iff `key` is absent.
-    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError>;
-
-    /// Replaces the record iff its version is `expected`.
-    async fn update(
-        &self,
-        key: &str,
-        expected: &Version,
-        record: &LockRecord,
-    ) -> Result<Version, StorageError>;
-
-    /// Deletes the record iff its version is `expected`. Optional
-    /// ([`Capabilities::conditional_delete`]); release never deletes, only [`StorageExt::sweep`] does.
-    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        let _ = (key, expected);
-        Err(StorageError::Unsupported {
-            backend: self.name().to_owned(),
-            operation: "delete",
-        })
-    }
-
     /// Records whose key starts with `prefix`, in ascending key order, including internal keys
     /// (see [`ops::is_reserved_key`]); use [`StorageExt::list_locks`] to skip those.
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError>;
@@ -93,7 +76,7 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         key: &str,
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
-        defaults::try_acquire(self, key, req).await
+        defaults::try_acquire(primitives_of(self, "acquire_once")?, key, req).await
     }
 
     /// Extends `owner`'s live hold of `key` to `now + lease` (see [`ops::decide_renew`]).
@@ -103,7 +86,7 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         owner: OwnerId,
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
-        defaults::renew(self, key, owner, lease).await
+        defaults::renew(primitives_of(self, "renew")?, key, owner, lease).await
     }
 
     /// Renews many holds in one go: the answer has one entry per request, in order, each what
@@ -128,7 +111,7 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     /// Releases one level of `owner`'s hold of `key`, writing a tombstone at zero (see
     /// [`ops::decide_release`]).
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
-        defaults::release(self, key, owner).await
+        defaults::release(primitives_of(self, "release")?, key, owner).await
     }
 
     /// Arms a notification for the next change of `key` (see [`ChangeWait`]). The default has
@@ -145,6 +128,62 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     fn delegated_admin(&self) -> Option<&dyn DelegatedAdmin> {
         None
     }
+
+    /// The storage's compare-and-set primitives, which the provided lock operations and
+    /// [`StorageExt`]'s admin operations are built on: `Some(self)` for every backend over a
+    /// store (one line: `fn primitives(&self) -> Option<&dyn Primitives> { Some(self) }`).
+    /// `None` (the default) for a storage that has none to offer, a lock server's client: it
+    /// overrides the lock operations and delegates the admin ones
+    /// ([`Self::delegated_admin`]); a provided operation it does not override answers
+    /// [`StorageError::Unsupported`].
+    fn primitives(&self) -> Option<&dyn Primitives> {
+        None
+    }
+}
+
+/// The compare-and-set primitives of a store (see [`Storage::primitives`] and the contract in
+/// [`Storage`]'s docs): the writes the provided lock operations are built on.
+///
+/// # Examples
+/// A storage over a store gives its primitives out as itself:
+/// ```
+/// use storage_lock_core::{MemoryStorage, Storage};
+/// assert!(MemoryStorage::new().primitives().is_some());
+/// ```
+#[async_trait]
+pub trait Primitives: Storage {
+    /// Inserts `record` iff `key` is absent.
+    async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError>;
+
+    /// Replaces the record iff its version is `expected`.
+    async fn update(
+        &self,
+        key: &str,
+        expected: &Version,
+        record: &LockRecord,
+    ) -> Result<Version, StorageError>;
+
+    /// Deletes the record iff its version is `expected`. Optional
+    /// ([`Capabilities::conditional_delete`]); release never deletes, only [`StorageExt::sweep`] does.
+    async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let _ = (key, expected);
+        Err(StorageError::Unsupported {
+            backend: self.name().to_owned(),
+            operation: "delete",
+        })
+    }
+}
+
+/// `s`'s primitives, for a provided operation (`op`) built on them; a storage without any
+/// answers [`StorageError::Unsupported`].
+fn primitives_of<'a, S: Storage + ?Sized>(
+    s: &'a S,
+    op: &'static str,
+) -> Result<&'a dyn Primitives, StorageError> {
+    s.primitives().ok_or_else(|| StorageError::Unsupported {
+        backend: s.name().to_owned(),
+        operation: op,
+    })
 }
 
 /// The admin operations of a storage that runs them itself (see
@@ -184,7 +223,7 @@ pub trait StorageExt: Storage {
 
     /// Raises the fencing floor to at least `to`; returns the floor afterwards.
     async fn raise_fencing_floor(&self, to: u64) -> Result<u64, StorageError> {
-        defaults::raise_fencing_floor(self, to).await
+        defaults::raise_fencing_floor(primitives_of(self, "raise_fencing_floor")?, to).await
     }
 
     /// Like [`Storage::list`] without internal keys.
@@ -205,7 +244,7 @@ pub trait StorageExt: Storage {
         if let Some(admin) = self.delegated_admin() {
             return admin.force_release(key, None).await;
         }
-        defaults::force_release(self, key, None).await
+        defaults::force_release(primitives_of(self, "force_release")?, key, None).await
     }
 
     /// [`StorageExt::force_release`] only if the hold's fencing token is `fencing` (compared and
@@ -219,7 +258,7 @@ pub trait StorageExt: Storage {
         if let Some(admin) = self.delegated_admin() {
             return admin.force_release(key, Some(fencing)).await;
         }
-        defaults::force_release(self, key, Some(fencing)).await
+        defaults::force_release(primitives_of(self, "force_release")?, key, Some(fencing)).await
     }
 
     /// Deletes records under `prefix` that have been free for at least `older_than`, after
@@ -229,7 +268,7 @@ pub trait StorageExt: Storage {
         if let Some(admin) = self.delegated_admin() {
             return admin.sweep(prefix, older_than).await;
         }
-        defaults::sweep(self, prefix, older_than).await
+        defaults::sweep(primitives_of(self, "sweep")?, prefix, older_than).await
     }
 }
 
@@ -246,15 +285,6 @@ macro_rules! forward_storage {
             fn capabilities(&self) -> Capabilities { (**self).capabilities() }
             async fn now(&self) -> Result<Timestamp, StorageError> { (**self).now().await }
             async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> { (**self).get(key).await }
-            async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-                (**self).create(key, record).await
-            }
-            async fn update(&self, key: &str, expected: &Version, record: &LockRecord) -> Result<Version, StorageError> {
-                (**self).update(key, expected, record).await
-            }
-            async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-                (**self).delete(key, expected).await
-            }
             async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
                 (**self).list(prefix, page).await
             }
@@ -275,6 +305,9 @@ macro_rules! forward_storage {
             }
             fn delegated_admin(&self) -> Option<&dyn DelegatedAdmin> {
                 (**self).delegated_admin()
+            }
+            fn primitives(&self) -> Option<&dyn Primitives> {
+                (**self).primitives()
             }
         }
     )*};
