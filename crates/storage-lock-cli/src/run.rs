@@ -208,7 +208,7 @@ pub async fn run(
         }
     };
     if let Some(owner) = handle.owner() {
-        sentinel.hold(url, handle.key(), owner.as_u128());
+        sentinel.hold(url, handle.key(), owner);
     }
     let terminal = Terminal::foreground();
     let child = match spawn(program, program_args, &handle, terminal.is_some()) {

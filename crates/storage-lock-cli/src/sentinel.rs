@@ -43,6 +43,7 @@ use std::time::Duration;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+use storage_lock::backend::OwnerId;
 
 use crate::group::{Group, boottime_nanos};
 
@@ -100,9 +101,9 @@ impl Sentinel {
 
     /// Tells the sentinel what to release if `run` dies: the storage (`None`: the default), the
     /// key and the owner.
-    pub fn hold(&mut self, url: Option<&str>, key: &str, owner: u128) {
+    pub fn hold(&mut self, url: Option<&str>, key: &str, owner: OwnerId) {
         let url = url.map_or_else(|| "-".to_owned(), |u| hex(u.as_bytes()));
-        self.send(&format!("hold {url} {} {owner:032x}", hex(key.as_bytes())));
+        self.send(&format!("hold {url} {} {owner}", hex(key.as_bytes())));
     }
 
     /// Tells the sentinel the command's process group.
@@ -172,7 +173,7 @@ struct Held {
     /// `None`: the default storage.
     url: Option<String>,
     key: String,
-    owner: u128,
+    owner: OwnerId,
 }
 
 /// A line from `run`.
@@ -195,7 +196,7 @@ fn parse_line(line: &str) -> Option<Msg> {
             Msg::Hold(Held {
                 url: if url == "-" { None } else { Some(unhex(url)?) },
                 key: unhex(key)?,
-                owner: u128::from_str_radix(owner, 16).ok()?,
+                owner: owner.parse().ok()?,
             })
         }
         ("pgid", Some(n)) => Msg::Group(Pid::from_raw(n.parse().ok().filter(|&n| n > 1)?)),
@@ -368,8 +369,7 @@ fn release_if_orphaned(watch: &Watch, held: Option<&Held>) {
             )
             .await
             .ok()?;
-            let owner = storage_lock::backend::OwnerId::from_u128(held.owner);
-            opened.storage.release(&held.key, owner).await.ok()
+            opened.storage.release(&held.key, held.owner).await.ok()
         };
         let _ = tokio::time::timeout(Duration::from_secs(10), release).await;
     });
@@ -391,7 +391,7 @@ mod tests {
             Some(Msg::Hold(Held {
                 url: url.map(str::to_owned),
                 key: "a b/ü".into(),
-                owner: 42,
+                owner: OwnerId::from_u128(42),
             }))
         };
         assert_eq!(parse_line(&line(None)), want(None));

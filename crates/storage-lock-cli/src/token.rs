@@ -84,12 +84,9 @@ impl FromStr for LeaseToken {
                 );
             }
         };
-        if owner.len() != 32 || !owner.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err("malformed lease token: the owner part is not 32 hex digits".into());
-        }
         let owner = owner
             .parse::<OwnerId>()
-            .map_err(|_| "malformed lease token: bad owner part".to_owned())?;
+            .map_err(|_| "malformed lease token: the owner part is not 32 hex digits".to_owned())?;
         let fencing = fencing
             .parse::<u64>()
             .map_err(|_| "malformed lease token: the fencing part is not a number".to_owned())?;

@@ -441,13 +441,9 @@ impl Caller {
 fn parse_owner(s: &str) -> Result<OwnerId, ApiError> {
     let bad =
         || ApiError::bad_request("invalid_owner", "owner must be 32 hex digits, not all zero");
-    if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(bad());
-    }
-    let bits = u128::from_str_radix(s, 16).map_err(|_| bad())?;
-    match OwnerId::from_u128(bits) {
-        OwnerId::NOBODY => Err(bad()),
-        owner => Ok(owner),
+    match s.parse::<OwnerId>() {
+        Ok(OwnerId::NOBODY) | Err(_) => Err(bad()),
+        Ok(owner) => Ok(owner),
     }
 }
 

@@ -73,8 +73,9 @@ pub mod backend {
     pub use storage_lock_core::{
         AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock, DelegatedAdmin,
         Durability, FENCING_HEADROOM, HolderInfo, LockRecord, ManualClock, OwnerId, Page,
-        PageRequest, Primitives, RENEW_BATCH, ReleaseOutcome, RenewOutcome, RenewRequest, Storage,
-        StorageExt, Stored, SweepReport, SystemClock, TimeSource, Timestamp, Version, redact_url,
+        PageRequest, ParseOwnerIdError, Primitives, RENEW_BATCH, ReleaseOutcome, RenewOutcome,
+        RenewRequest, Storage, StorageExt, Stored, SweepReport, SystemClock, TimeSource, Timestamp,
+        Version, redact_url,
     };
     pub use storage_lock_core::{clock, contract, engine, fenced, hold, lock, memory, storage};
 }

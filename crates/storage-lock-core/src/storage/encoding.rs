@@ -81,9 +81,7 @@ pub fn decode_record(key: &str, bytes: &[u8]) -> Result<LockRecord, StorageError
     }
     let owner = cur
         .word()
-        .filter(|w| w.len() == 32)
-        .and_then(|w| u128::from_str_radix(w, 16).ok())
-        .map(OwnerId::from_u128)
+        .and_then(|w| w.parse::<OwnerId>().ok())
         .ok_or_else(|| corrupt("bad owner"))?;
     let count = cur.number::<u32>().ok_or_else(|| corrupt("bad count"))?;
     let fencing = cur

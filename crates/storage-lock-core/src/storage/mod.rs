@@ -38,7 +38,10 @@ pub use error::{StorageError, redact_url};
 pub use ops::{
     AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, RenewRequest, SweepReport,
 };
-pub use record::{HolderInfo, LockRecord, OwnerId, Page, PageRequest, Stored, Timestamp, Version};
+pub use record::{
+    HolderInfo, LockRecord, OwnerId, Page, PageRequest, ParseOwnerIdError, Stored, Timestamp,
+    Version,
+};
 
 /// A linearizable store of [`LockRecord`]s keyed by string.
 ///

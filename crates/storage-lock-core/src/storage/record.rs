@@ -106,12 +106,37 @@ impl fmt::Debug for OwnerId {
     }
 }
 
+/// Parses exactly what [`OwnerId`]'s `Display` writes: 32 hexadecimal digits (either case),
+/// nothing else — no sign, no `0x`, no whitespace, no shorter or longer string.
+///
+/// # Errors
+/// [`ParseOwnerIdError`] for anything else. The all-zero id ([`OwnerId::NOBODY`]) parses;
+/// whoever accepts owners from clients refuses it.
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::OwnerId;
+/// let id = OwnerId::random();
+/// assert_eq!(id.to_string().parse::<OwnerId>(), Ok(id));
+/// assert!("+1".parse::<OwnerId>().is_err());
+/// assert!(format!(" {id}").parse::<OwnerId>().is_err());
+/// ```
 impl std::str::FromStr for OwnerId {
-    type Err = std::num::ParseIntError;
+    type Err = ParseOwnerIdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        u128::from_str_radix(s, 16).map(Self::from_u128)
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ParseOwnerIdError(()));
+        }
+        u128::from_str_radix(s, 16)
+            .map(Self::from_u128)
+            .map_err(|_| ParseOwnerIdError(()))
     }
 }
+
+/// A string that is not an [`OwnerId`] (32 hexadecimal digits).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an owner id is 32 hexadecimal digits")]
+pub struct ParseOwnerIdError(());
 
 /// Who holds a lock, for people and tools (never used for decisions).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -338,6 +363,28 @@ impl Page {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only what `Display` writes parses: a sign, a `0x`, whitespace or a short id used to
+    /// pass `u128::from_str_radix` (`"+1"` was owner 1).
+    #[test]
+    fn owner_ids_parse_strictly() {
+        let id = OwnerId::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        assert_eq!(id.to_string().parse::<OwnerId>(), Ok(id));
+        assert_eq!(id.to_string().to_uppercase().parse::<OwnerId>(), Ok(id));
+        let thirty_one = "1".repeat(31);
+        for bad in [
+            "",
+            "1",
+            "+1",
+            &format!("+{thirty_one}"),
+            &format!("0x{}", "1".repeat(30)),
+            &format!(" {thirty_one}"),
+            &"1".repeat(33),
+            &"g".repeat(32),
+        ] {
+            assert!(bad.parse::<OwnerId>().is_err(), "{bad:?} parsed");
+        }
+    }
 
     fn stored() -> Stored {
         Stored {
