@@ -172,7 +172,7 @@ pub async fn run(
         progress::enabled(quiet),
         opened.storage.as_ref(),
         &args.name,
-        opened.locks.try_acquire(&args.name, &options),
+        opened.locks.try_acquire_or_busy(&args.name, &options),
     );
     let handle = tokio::select! {
         acquired = acquire => acquired.map_err(|e| Failure::lock("cannot acquire the lock", &e))?,
@@ -181,17 +181,15 @@ pub async fn run(
             return Ok(exit::signaled(signal as i32));
         }
     };
-    let Some(handle) = handle else {
-        // Like `flock -n`: a busy lock under --no-wait is an expected outcome, silent unless -v.
-        let silent = args.wait.no_wait && verbose == 0;
-        busy_notice(
-            quiet || silent,
-            opened.storage.as_ref(),
-            &args.name,
-            started.elapsed(),
-        )
-        .await;
-        return Ok(args.conflict_exit_code);
+    let handle = match handle {
+        Ok(handle) => handle,
+        Err(busy) => {
+            // Like `flock -n`: a busy lock under --no-wait is an expected outcome, silent
+            // unless -v.
+            let silent = args.wait.no_wait && verbose == 0;
+            busy_notice(quiet || silent, &busy, &args.name, started.elapsed());
+            return Ok(args.conflict_exit_code);
+        }
     };
     tracing::debug!(
         name = %args.name,

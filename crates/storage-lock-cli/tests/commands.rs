@@ -224,8 +224,9 @@ fn small_promises_of_the_help_text_hold() {
         &mut cli(dir.path(), &url, &["-v", "acquire", &name, "-n"]),
         LIMIT,
     );
+    let notice = String::from_utf8_lossy(&loud.stderr);
     assert!(
-        String::from_utf8_lossy(&loud.stderr).contains("not acquired"),
+        notice.contains("not acquired") && notice.contains("held by") && notice.contains(":"),
         "{loud:?}"
     );
     let json = output_within(
@@ -235,6 +236,9 @@ fn small_promises_of_the_help_text_hold() {
     assert_eq!(json.status.code(), Some(75), "{json:?}");
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON on stdout");
     assert_eq!(v["acquired"], false, "{v}");
+    // The holder as the busy answer named it (the first acquire's script holder).
+    assert!(v["holder"].as_str().is_some_and(|h| h.contains(':')), "{v}");
+    assert!(v["lease_left_ms"].as_u64().is_some_and(|ms| ms > 0), "{v}");
     let help = std::process::Command::new(BIN)
         .arg("--help")
         .output()

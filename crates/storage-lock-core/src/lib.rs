@@ -50,7 +50,8 @@ mod telemetry;
 
 pub use clock::{Clock, ManualClock, SystemClock, boot_time};
 pub use contract::{
-    AcquireOptions, KeyNormalizer, LockError, MAX_NAME_LEN, PrefixNormalizer, ProviderInfo, Wait,
+    AcquireOptions, Busy, KeyNormalizer, LockError, MAX_NAME_LEN, PrefixNormalizer, ProviderInfo,
+    Wait,
 };
 pub use engine::{
     HoldGone, LockEvent, LockEventKind, OwnedHold, RENEW_BATCH, ReentrantHold, StorageLock,

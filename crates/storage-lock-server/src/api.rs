@@ -628,7 +628,7 @@ impl AppState {
             });
         opts.note = b.note;
         match self.locks.acquire_as(&name, owner, &opts, holder).await? {
-            Some(h) => Ok(Hold {
+            Ok(h) => Ok(Hold {
                 name,
                 owner: owner_text(owner),
                 fencing_token: h.fencing_token,
@@ -636,19 +636,12 @@ impl AppState {
                 expires_in_ms: millis(h.expires_in),
                 expires_at: rfc3339(h.expires_at),
             }),
-            None => {
-                let storage = self.locks.storage();
-                let key = self.locks.key_for(&name)?;
-                let (now, stored) = read(storage.as_ref(), &key).await?;
-                let rec = stored.map(|s| s.record).filter(|r| r.is_held_at(now));
-                Err(ApiError::busy(
-                    &name,
-                    rec.as_ref()
-                        .and_then(|r| r.holder.as_deref())
-                        .map(Holder::from),
-                    rec.map(|r| r.expires_at.saturating_since(now)),
-                ))
-            }
+            // The storage's busy answer says who and for how long: no second read.
+            Err(busy) => Err(ApiError::busy(
+                &name,
+                busy.holder.as_deref().map(Holder::from),
+                Some(busy.left),
+            )),
         }
     }
 }

@@ -530,6 +530,35 @@ async fn holds_name_the_client_and_its_token() {
     assert_eq!(info["holder"]["host"], "127.0.0.1", "{info}");
 }
 
+/// A busy acquisition answers with the holder and the time left that the storage's own busy
+/// answer carried: the server reads nothing more for its 409 (it used to read the record and
+/// the clock again).
+#[tokio::test]
+async fn a_busy_answer_names_the_holder_without_a_second_read() {
+    use storage_lock_core::fault::Op;
+    let faulty = Arc::new(FaultyStorage::new(MemoryStorage::new()));
+    let api = Api::start(faulty.clone(), None).await;
+    let body = json!({"lease_ms": 60_000, "holder": {"host": "ci-7", "pid": 42}});
+    let (s, _) = api.acquire("busy", body).await;
+    assert_eq!(s, StatusCode::OK);
+    let (gets, nows) = (faulty.calls(Op::Get), faulty.calls(Op::Now));
+    let (s, busy) = api.acquire("busy", json!({"lease_ms": 1000})).await;
+    assert_error(s, &busy, StatusCode::CONFLICT, "busy");
+    assert_eq!(busy["holder"]["host"], "ci-7", "{busy}");
+    assert_eq!(busy["holder"]["pid"], 42, "{busy}");
+    assert!(
+        busy["expires_in_ms"].as_u64().is_some_and(|ms| ms > 50_000),
+        "{busy}"
+    );
+    // One read is the engine's: an explicit owner's busy answer is checked for that owner's
+    // own earlier grant (a retried request). The server adds none.
+    assert_eq!(
+        (faulty.calls(Op::Get), faulty.calls(Op::Now)),
+        (gets + 1, nows),
+        "no read besides the engine's own"
+    );
+}
+
 /// The server records events from its start (nobody has opened the page), serves them per
 /// lock, and a force-release says who did it and why; the lock page shows the same.
 #[tokio::test]

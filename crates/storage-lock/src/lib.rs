@@ -43,7 +43,7 @@ mod connect;
 
 pub use connect::{ConnectError, connect, connect_storage, schemes};
 pub use storage_lock_core::{
-    AcquireOptions, DistributedLock, FencedResource, KeyNormalizer, LockError, LockEvent,
+    AcquireOptions, Busy, DistributedLock, FencedResource, KeyNormalizer, LockError, LockEvent,
     LockEventKind, LockHandle, MAX_NAME_LEN, MemoryStorage, PrefixNormalizer, ProviderInfo,
     ReentrantHold, RenewalResult, StaleToken, StorageError, StorageLock, StorageLockBuilder, Wait,
 };

@@ -61,21 +61,25 @@ pub async fn acquire(
     )
     .await
     .map_err(|e| Failure::lock("cannot acquire the lock", &e))?;
-    let Some(hold) = hold else {
-        // Like `flock -n`: a busy lock under --no-wait is an expected outcome, silent unless -v.
-        let silent = args.wait.no_wait && verbose == 0;
-        busy_notice(
-            quiet || silent,
-            opened.storage.as_ref(),
-            &args.name,
-            started.elapsed(),
-        )
-        .await;
-        if args.json {
-            // A script reading stdout learns the outcome too, not only from the exit code.
-            let _ = output::emit(json!({ "acquired": false, "name": args.name }));
+    let hold = match hold {
+        Ok(hold) => hold,
+        Err(busy) => {
+            // Like `flock -n`: a busy lock under --no-wait is an expected outcome, silent
+            // unless -v.
+            let silent = args.wait.no_wait && verbose == 0;
+            busy_notice(quiet || silent, &busy, &args.name, started.elapsed());
+            if args.json {
+                // A script reading stdout learns the outcome too, not only from the exit code.
+                // Who holds it comes with the storage's busy answer.
+                let _ = output::emit(json!({
+                    "acquired": false,
+                    "name": args.name,
+                    "holder": output::holder(busy.holder.as_deref()),
+                    "lease_left_ms": u64::try_from(busy.left.as_millis()).unwrap_or(u64::MAX),
+                }));
+            }
+            return Ok(args.conflict_exit_code);
         }
-        return Ok(args.conflict_exit_code);
     };
     let token = LeaseToken {
         name: args.name,

@@ -8,7 +8,7 @@ pub mod sweep;
 
 use std::time::Duration;
 
-use storage_lock::backend::Storage;
+use storage_lock::Busy;
 
 use crate::exit::Failure;
 use crate::output;
@@ -29,23 +29,16 @@ pub fn validate_lease(flag: &str, lease: Duration) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Prints (unless `quiet`) why `name` was not acquired: who holds it, for how much longer.
-/// Best effort: a storage error only shortens the message.
-pub async fn busy_notice(quiet: bool, storage: &dyn Storage, name: &str, waited: Duration) {
+/// Prints (unless `quiet`) why `name` was not acquired: who holds it, for how much longer,
+/// as the storage's last busy answer said (no second read).
+pub fn busy_notice(quiet: bool, busy: &Busy, name: &str, waited: Duration) {
     if quiet {
         return;
     }
-    let who = match (storage.now().await, storage.get(name).await) {
-        (Ok(now), Ok(Some(s))) if s.record.is_held_at(now) => format!(
-            ": held by {} with token {}, lease left {}",
-            output::holder(s.record.holder.as_deref()),
-            s.record.fencing,
-            output::duration(s.record.expires_at.saturating_since(now)),
-        ),
-        _ => String::new(),
-    };
     eprintln!(
-        "storage-lock: lock {name:?} not acquired after {}{who}",
-        output::duration(waited)
+        "storage-lock: lock {name:?} not acquired after {}: held by {}, lease left {}",
+        output::duration(waited),
+        output::holder(busy.holder.as_deref()),
+        output::duration(busy.left),
     );
 }

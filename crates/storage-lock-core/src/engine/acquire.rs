@@ -32,7 +32,7 @@ use crate::clock::BootInstant;
 use super::StorageLock;
 use super::backend::EngineHold;
 use super::events::LockEventKind;
-use crate::contract::{AcquireOptions, LockError, Wait};
+use crate::contract::{AcquireOptions, Busy, LockError, Wait};
 use crate::hold::LockHandle;
 use crate::hold::{GrantName, HoldGrant};
 use crate::small_key::SmallKey;
@@ -67,7 +67,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         &self,
         name: &str,
         options: &AcquireOptions,
-    ) -> Result<Option<LockHandle>, LockError> {
+    ) -> Result<Result<LockHandle, Busy>, LockError> {
         options.validate()?;
         crate::hold::lease_representable(options.lease)?;
         // Inline when short: the key needs no allocation of its own, here or in the handle.
@@ -77,8 +77,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             .then(|| tracing::debug_span!("storage_lock.acquire", key = %key));
         let acquire = async {
             let req = self.request(OwnerId::random(), options, false);
-            let Some(granted) = self.acquire_loop(&key, &req, options, None).await? else {
-                return Ok(None);
+            let granted = match self.acquire_loop(&key, &req, options, None).await? {
+                Ok(granted) => granted,
+                Err(busy) => return Ok(Err(busy)),
             };
             let backend = EngineHold::new(
                 self.holds.clone(),
@@ -121,7 +122,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         key.as_str(),
                         Some(granted.fencing),
                     );
-                    Ok(Some(handle))
+                    Ok(Ok(handle))
                 }
                 Err(e) => {
                     // Release first, then report the original error.
@@ -180,7 +181,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         req: &AcquireRequest,
         options: &AcquireOptions,
         resume: Option<Arc<super::owned::ResumeTicket>>,
-    ) -> Result<Option<Granted>, LockError> {
+    ) -> Result<Result<Granted, Busy>, LockError> {
         let boot_started = BootInstant::now();
         // `Wait::Never` makes one attempt and never sleeps: it reads no tokio clock (each clock
         // read is a noticeable part of an in-memory acquisition). For the others, `deadline` =
@@ -267,7 +268,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                             granted_at,
                             ..granted
                         };
-                        return self.within_fencing_limit(key, req, granted).await.map(Some);
+                        return self.within_fencing_limit(key, req, granted).await.map(Ok);
                     }
                     // Someone else holds the key: no earlier attempt of ours left a live grant,
                     // so a later grant is this wait's own and its deadline counts from its own
@@ -276,7 +277,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     Adoption::Unknown => {}
                 }
             }
-            let busy_for = match outcome {
+            let busy = match outcome {
                 AcquireOutcome::Acquired {
                     fencing,
                     count,
@@ -293,10 +294,18 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                         sent_at: uncertain_since.map_or(sent_at, |u| u.min(sent_at)),
                         granted_at,
                     };
-                    return self.within_fencing_limit(key, req, granted).await.map(Some);
+                    return self.within_fencing_limit(key, req, granted).await.map(Ok);
                 }
-                busy @ AcquireOutcome::Busy { .. } => busy.busy_for().unwrap_or_default(),
+                AcquireOutcome::Busy {
+                    expires_at,
+                    now,
+                    holder,
+                } => Busy {
+                    holder,
+                    left: expires_at.saturating_since(now),
+                },
             };
+            let busy_for = busy.left;
             if attempt == 0 {
                 self.shared.events.emit(LockEventKind::Contended, key, None);
                 telemetry::contended();
@@ -308,7 +317,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             else {
                 self.shared.events.emit(LockEventKind::TimedOut, key, None);
                 finish(Finish::TimedOut);
-                return Ok(None);
+                return Ok(Err(busy));
             };
             // The holder's expiry on our clock; +1 ms for the storage's millisecond rounding.
             let mut wake = now + busy_for + Duration::from_millis(1);

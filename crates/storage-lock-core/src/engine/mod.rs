@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::contract::{
-    AcquireOptions, KeyNormalizer, LockError, PrefixNormalizer, ProviderInfo, validate_key,
+    AcquireOptions, Busy, KeyNormalizer, LockError, PrefixNormalizer, ProviderInfo, validate_key,
     validate_name,
 };
 use crate::hold::LockHandle;
@@ -161,6 +161,31 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         name: &str,
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError> {
+        self.acquire_handle(name, options).await.map(Result::ok)
+    }
+
+    /// [`Self::try_acquire`] that says, when the lock stayed busy, who holds it and for how
+    /// long at most ([`Busy`], from the storage's last answer: no second read).
+    ///
+    /// # Errors
+    /// As [`DistributedLock::try_acquire`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// use storage_lock_core::{AcquireOptions, MemoryStorage, StorageLock};
+    /// let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let held = locks.try_acquire_or_busy("report", &AcquireOptions::default()).await?.unwrap();
+    /// let busy = locks.try_acquire_or_busy("report", &AcquireOptions::default()).await?.unwrap_err();
+    /// assert!(busy.holder.is_some() && busy.left > std::time::Duration::ZERO);
+    /// held.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_or_busy(
+        &self,
+        name: &str,
+        options: &AcquireOptions,
+    ) -> Result<Result<LockHandle, Busy>, LockError> {
         self.acquire_handle(name, options).await
     }
 
@@ -175,6 +200,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             &AcquireOptions::default().wait(crate::contract::Wait::For(wait)),
         )
         .await
+        .map(Result::ok)
     }
 
     /// **Admin operation**: frees the lock `name` whoever holds it (a holder gone for good);
@@ -357,7 +383,7 @@ impl<S: Storage + ?Sized> DistributedLock for StorageLock<S> {
         name: &str,
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError> {
-        self.acquire_handle(name, options).await
+        self.acquire_handle(name, options).await.map(Result::ok)
     }
 }
 

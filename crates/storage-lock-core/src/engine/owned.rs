@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use super::StorageLock;
 use super::events::LockEventKind;
-use crate::contract::{AcquireOptions, LockError};
+use crate::contract::{AcquireOptions, Busy, LockError};
 use crate::storage::{HolderInfo, OwnerId, ReleaseOutcome, RenewOutcome, Storage};
 
 /// Acquires by explicit owners in flight: per (key, owner), how many requests (and abandoned
@@ -126,8 +126,9 @@ impl HoldGone {
 }
 
 impl<S: Storage + ?Sized> StorageLock<S> {
-    /// Acquires `name` for `owner`, waiting per `options.wait`; `Ok(None)` if another owner
-    /// held it until the wait ran out. If `owner` already holds it (a retried request), returns
+    /// Acquires `name` for `owner`, waiting per `options.wait`; `Ok(Err(busy))` if another
+    /// owner held it until the wait ran out ([`Busy`]: who, and for how long at most, from the
+    /// storage's last answer). If `owner` already holds it (a retried request), returns
     /// that hold — never a second grant, never a reentrant level. `options.auto_renew` must be
     /// unset: the owner renews with [`StorageLock::renew_as`]. `holder` names who holds it for
     /// people and tools (a server passes its client's); `None` means this process.
@@ -146,6 +147,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// let first = locks.acquire_as("jobs/1", me, &opts, None).await?.expect("free");
     /// let retry = locks.acquire_as("jobs/1", me, &opts, None).await?.expect("still mine");
     /// assert_eq!(first.fencing_token, retry.fencing_token);
+    /// let busy = locks.acquire_as("jobs/1", OwnerId::random(), &opts, None).await?.unwrap_err();
+    /// assert!(busy.holder.is_some());
     /// assert!(locks.release_as("jobs/1", me).await?);
     /// assert!(!locks.release_as("jobs/1", me).await?); // retrying a release is harmless
     /// # Ok(()) }
@@ -156,7 +159,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         owner: OwnerId,
         options: &AcquireOptions,
         holder: Option<HolderInfo>,
-    ) -> Result<Option<OwnedHold>, LockError> {
+    ) -> Result<Result<OwnedHold, Busy>, LockError> {
         options.validate()?;
         if options.auto_renew.is_some() {
             return Err(LockError::InvalidOptions {
@@ -178,8 +181,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             req.holder = Some(Arc::new(holder));
         }
         let ticket = ResumeTicket::enter(&self.shared, key.as_str(), owner);
-        let Some(granted) = self.acquire_loop(&key, &req, options, Some(ticket)).await? else {
-            return Ok(None);
+        let granted = match self.acquire_loop(&key, &req, options, Some(ticket)).await? {
+            Ok(granted) => granted,
+            Err(busy) => return Ok(Err(busy)),
         };
         crate::telemetry::not_a_handle();
         let expires_at = self
@@ -188,7 +192,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         self.shared
             .events
             .emit(LockEventKind::Acquired, key.as_str(), Some(granted.fencing));
-        Ok(Some(OwnedHold {
+        Ok(Ok(OwnedHold {
             fencing_token: granted.fencing,
             expires_at,
             expires_in: granted.expires_in,

@@ -45,7 +45,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         crate::hold::lease_representable(options.lease)?;
         let key = crate::small_key::SmallKey::new(&self.key_for(name)?);
         let req = self.request(owner, options, true);
-        let Some(granted) = self.acquire_loop(&key, &req, options, None).await? else {
+        let Ok(granted) = self.acquire_loop(&key, &req, options, None).await? else {
             return Ok(None);
         };
         crate::telemetry::not_a_handle();
