@@ -118,13 +118,12 @@ impl ObjectStoreStorage {
         self
     }
 
-    /// Opens `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=T]`, with credentials and
-    /// other settings from the environment. An `http://` endpoint is allowed as given (an
-    /// emulator or a store on a private network).
+    /// `ObjectStoreStorageBuilder::from_url(url)?.build()`: opens
+    /// `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=T]`; see
+    /// [`ObjectStoreStorageBuilder::from_url`].
     ///
     /// # Errors
-    /// [`StorageError::Config`] for another scheme, a missing bucket, an unknown option or what
-    /// the S3 client rejects; nothing is contacted yet.
+    /// As [`ObjectStoreStorageBuilder::from_url`].
     ///
     /// # Examples
     /// ```
@@ -136,46 +135,12 @@ impl ObjectStoreStorage {
     /// ```
     #[cfg(feature = "aws")]
     pub fn from_url(url: &str) -> Result<Self, StorageError> {
-        use std::time::Duration;
+        ObjectStoreStorageBuilder::from_url(url)?.build()
+    }
 
-        use object_store::aws::AmazonS3Builder;
-        use object_store::{ClientOptions, RetryConfig};
-        use storage_lock_core::storage::url::UrlParts;
-
-        let invalid = |reason: String| StorageError::config(NAME, reason);
-        let mut u = UrlParts::parse(url).map_err(invalid)?;
-        let bucket = match (u.scheme.as_str(), u.hosts.as_slice()) {
-            ("s3", [bucket]) if u.user.is_none() => bucket.clone(),
-            _ => return Err(invalid("expected s3://BUCKET[/PREFIX]".into())),
-        };
-        let timeout = u
-            .take_duration("timeout")
-            .map_err(invalid)?
-            .unwrap_or(Duration::from_secs(2));
-        let mut builder = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .with_retry(RetryConfig {
-                max_retries: 0,
-                ..RetryConfig::default()
-            })
-            .with_client_options(
-                ClientOptions::new()
-                    .with_timeout(timeout)
-                    .with_connect_timeout(timeout),
-            );
-        if let Some(endpoint) = u.take("endpoint") {
-            builder = builder
-                .with_allow_http(endpoint.starts_with("http://"))
-                .with_endpoint(endpoint);
-        }
-        if let Some(region) = u.take("region") {
-            builder = builder.with_region(region);
-        }
-        let prefix = std::mem::take(&mut u.path);
-        u.finish(&["endpoint", "region", "timeout"])
-            .map_err(invalid)?;
-        let store = builder.build().map_err(|e| invalid(e.to_string()))?;
-        Ok(Self::new(Arc::new(store), Path::from(prefix)))
+    /// A builder: from a URL, the environment, or any `object_store` store.
+    pub fn builder() -> ObjectStoreStorageBuilder {
+        ObjectStoreStorageBuilder::default()
     }
 
     fn path(&self, key: &str) -> Path {
@@ -223,6 +188,150 @@ impl ObjectStoreStorage {
             Err(object_store::Error::NotFound { .. }) => Err(err),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Configures an [`ObjectStoreStorage`], the way the other backends' builders do: from a URL
+/// (`from_url`, on the core's one URL vocabulary), from the environment (`from_env`), or from
+/// any `object_store` store (`store`), then `with_*`-style setters and `build` (or `open`, which
+/// contacts nothing either: the first request is the first lock operation).
+#[derive(Clone, Default)]
+#[must_use = "a builder does nothing until `build` or `open`"]
+pub struct ObjectStoreStorageBuilder {
+    store: Option<Arc<dyn ObjectStore>>,
+    prefix: Path,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl fmt::Debug for ObjectStoreStorageBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectStoreStorageBuilder")
+            .field("store", &self.store.as_ref().map(|s| s.to_string()))
+            .field("prefix", &self.prefix.as_ref())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectStoreStorageBuilder {
+    /// A builder with no store yet (set one with [`Self::store`]), no prefix, the system clock.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder from `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=T]`, with credentials
+    /// and other settings from the environment. An `http://` endpoint is allowed as given (an
+    /// emulator or a store on a private network). Requests are not retried (an outage surfaces
+    /// within one `timeout`, default 2 s).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for another scheme, a missing bucket, an unknown option or what
+    /// the S3 client rejects; nothing is contacted.
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_object_store::ObjectStoreStorageBuilder;
+    /// let b = ObjectStoreStorageBuilder::from_url("s3://my-bucket/locks?timeout=5s")?;
+    /// assert!(format!("{b:?}").contains("locks"));
+    /// # Ok::<(), storage_lock_core::StorageError>(())
+    /// ```
+    #[cfg(feature = "aws")]
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        use std::time::Duration;
+
+        use object_store::aws::AmazonS3Builder;
+        use object_store::{ClientOptions, RetryConfig};
+        use storage_lock_core::storage::url::UrlParts;
+
+        let invalid = |reason: String| StorageError::config(NAME, reason);
+        let mut u = UrlParts::parse(url).map_err(invalid)?;
+        let bucket = match (u.scheme.as_str(), u.hosts.as_slice()) {
+            ("s3", [bucket]) if u.user.is_none() => bucket.clone(),
+            _ => return Err(invalid("expected s3://BUCKET[/PREFIX]".into())),
+        };
+        let timeout = u
+            .take_duration("timeout")
+            .map_err(invalid)?
+            .unwrap_or(Duration::from_secs(2));
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .with_client_options(
+                ClientOptions::new()
+                    .with_timeout(timeout)
+                    .with_connect_timeout(timeout),
+            );
+        if let Some(endpoint) = u.take("endpoint") {
+            builder = builder
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_endpoint(endpoint);
+        }
+        if let Some(region) = u.take("region") {
+            builder = builder.with_region(region);
+        }
+        let prefix = std::mem::take(&mut u.path);
+        u.finish(&["endpoint", "region", "timeout"])
+            .map_err(invalid)?;
+        let store = builder.build().map_err(|e| invalid(e.to_string()))?;
+        Ok(Self::new()
+            .store(Arc::new(store))
+            .prefix(Path::from(prefix)))
+    }
+
+    /// A builder from `STORAGE_LOCK_S3_URL` (see [`Self::from_url`]).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] if the variable is unset or its URL is invalid.
+    #[cfg(feature = "aws")]
+    pub fn from_env() -> Result<Self, StorageError> {
+        let url = std::env::var("STORAGE_LOCK_S3_URL")
+            .map_err(|_| StorageError::config(NAME, "STORAGE_LOCK_S3_URL is not set"))?;
+        Self::from_url(&url)
+    }
+
+    /// The store (its conditional PUT must be atomic: see [`ObjectStoreStorage::new`]).
+    pub fn store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Where under the store the lock records live.
+    pub fn prefix(mut self, prefix: impl Into<Path>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The clock that judges expiry (default: the system clock; see the crate docs' drift
+    /// bound).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The storage.
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] if no store was set.
+    pub fn build(self) -> Result<ObjectStoreStorage, StorageError> {
+        let store = self
+            .store
+            .ok_or_else(|| StorageError::config(NAME, "no object store configured"))?;
+        Ok(ObjectStoreStorage {
+            store,
+            prefix: self.prefix,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+        })
+    }
+
+    /// [`Self::build`], for the same call shape as the other backends' builders (nothing is
+    /// contacted).
+    ///
+    /// # Errors
+    /// As [`Self::build`].
+    pub async fn open(self) -> Result<ObjectStoreStorage, StorageError> {
+        self.build()
     }
 }
 

@@ -37,6 +37,7 @@ use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script, Value};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
     NotificationSource, Notifications, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome,
@@ -128,6 +129,34 @@ impl RedisStorageBuilder {
             b.prefix = p;
         }
         b
+    }
+
+    /// A builder from `redis://[:password@]host:port[/db][?prefix=PREFIX&durability=volatile
+    /// &protocol=resp3]` (also `rediss://`; what `storage_lock::connect` opens).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for an unknown option or a URL the driver rejects (never
+    /// showing the password).
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_redis::RedisStorageBuilder;
+    /// assert!(RedisStorageBuilder::from_url("redis://127.0.0.1:6379/2?prefix=app:").is_ok());
+    /// assert!(RedisStorageBuilder::from_url("redis://127.0.0.1/?prefx=app:").is_err());
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        let invalid = |reason: String| StorageError::config("redis", reason);
+        let mut u =
+            DriverUrl::split(url, &["prefix", "durability"], &["protocol"]).map_err(invalid)?;
+        validate_url(&u.driver).map_err(invalid)?;
+        let mut b = Self::new().url(u.driver.clone());
+        if let Some(prefix) = u.take("prefix") {
+            b = b.prefix(prefix);
+        }
+        if let Some(d) = u.take("durability") {
+            b = b.allow_volatile(allow_volatile(&d).map_err(invalid)?);
+        }
+        Ok(b)
     }
 
     /// The server URL (`redis://[:password@]host:port/db`).

@@ -36,6 +36,7 @@ use std::str::FromStr;
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Durability, OwnerId, ReleaseOutcome,
     RenewOutcome, RenewRequest, StorageError, Timestamp,
@@ -56,6 +57,21 @@ const SESSION: [&str; 2] = [
     "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'SIMULTANEOUS_ASSIGNMENT', ''),
         SESSION time_zone = '+00:00'",
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+];
+
+/// The driver's URL options that [`MysqlStorageBuilder::from_url`] passes through (not
+/// `timezone`: the session is pinned to UTC).
+const MYSQL_OPTIONS: &[&str] = &[
+    "ssl-mode",
+    "ssl-ca",
+    "ssl-cert",
+    "ssl-key",
+    "sslmode",
+    "sslca",
+    "charset",
+    "collation",
+    "socket",
+    "statement-cache-capacity",
 ];
 
 /// The server clock in milliseconds, fixed for the whole statement.
@@ -96,6 +112,44 @@ impl MysqlStorageBuilder {
             server: ServerOptions::from_env("MYSQL"),
             without_returning: false,
         }
+    }
+
+    /// A builder from `mysql://user:password@host:port/db[?table=NAME&durability=volatile
+    /// &…driver options]` (also `mariadb://`; what `storage_lock::connect` opens): the driver's
+    /// own options (`ssl-mode`, `ssl-ca`, `charset`, …) pass through, anything else is refused.
+    /// The session time zone is pinned to UTC (expiry arithmetic depends on it), so `timezone`
+    /// is refused.
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for an unknown option, an invalid table name, or a URL the
+    /// driver rejects (never showing the password).
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_sql::MysqlStorageBuilder;
+    /// assert!(MysqlStorageBuilder::from_url("mariadb://root@h/db?table=jobs").is_ok());
+    /// assert!(MysqlStorageBuilder::from_url("mysql://root@h/db?timezone=%2B01:00").is_err());
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        let invalid = |reason: String| StorageError::config("mysql", reason);
+        let mut u =
+            DriverUrl::split(url, &["table", "durability"], MYSQL_OPTIONS).map_err(invalid)?;
+        let driver = match u.driver.get(.."mariadb:".len()) {
+            Some(s) if s.eq_ignore_ascii_case("mariadb:") => {
+                format!("mysql:{}", &u.driver["mariadb:".len()..])
+            }
+            _ => u.driver.clone(),
+        };
+        validate_url(&driver).map_err(invalid)?;
+        let mut b = Self::new().url(driver);
+        if let Some(table) = u.take("table") {
+            crate::naming::validate_table_name(&table).map_err(|e| invalid(e.to_string()))?;
+            b = b.table(table);
+        }
+        if let Some(d) = u.take("durability") {
+            b = b.allow_volatile(allow_volatile(&d).map_err(invalid)?);
+        }
+        Ok(b)
     }
 
     server_setters!("mysql://user:password@host:port/db");

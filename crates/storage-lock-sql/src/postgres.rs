@@ -58,6 +58,7 @@ use std::str::FromStr;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, Postgres};
 use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, NotificationSource,
     Notifications, OwnerId, ReleaseOutcome, RenewOutcome, RenewRequest, SourceEvent, StorageError,
@@ -88,6 +89,23 @@ const OUT_OF_RANGE: &str = "22003";
 /// Attempts of one `acquire_once` that may end in [`SWEPT_MEANWHILE`] (each one means a sweep
 /// deleted the key's record during the attempt; more in a row than this is reported).
 const SWEPT_RETRIES: u32 = 8;
+
+/// The driver's URL options that [`PostgresStorageBuilder::from_url`] passes through.
+const PG_OPTIONS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "options",
+    "application_name",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "statement-cache-capacity",
+];
 
 /// The server clock in milliseconds, fixed for the whole statement.
 const NOW: &str = "floor(extract(epoch from statement_timestamp()) * 1000)::bigint";
@@ -125,6 +143,40 @@ impl PostgresStorageBuilder {
             server: ServerOptions::from_env("POSTGRES"),
             schema: std::env::var("STORAGE_LOCK_POSTGRES_SCHEMA").ok(),
         }
+    }
+
+    /// A builder from `postgres://user@host:port/db[?table=NAME&schema=NAME&durability=volatile
+    /// &…driver options]` (what `storage_lock::connect` opens): the driver's own options
+    /// (`sslmode`, `sslrootcert`, `application_name`, …) pass through, anything else is refused.
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for an unknown option, an invalid table or schema name, or a
+    /// URL the driver rejects (never showing the password).
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_sql::PostgresStorageBuilder;
+    /// assert!(PostgresStorageBuilder::from_url("postgres://u@h/db?sslmode=disable&table=jobs").is_ok());
+    /// assert!(PostgresStorageBuilder::from_url("postgres://u@h/db?tabel=jobs").is_err());
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        let invalid = |reason: String| StorageError::config("postgres", reason);
+        let mut u = DriverUrl::split(url, &["table", "schema", "durability"], PG_OPTIONS)
+            .map_err(invalid)?;
+        validate_url(&u.driver).map_err(invalid)?;
+        let mut b = Self::new().url(u.driver.clone());
+        if let Some(table) = u.take("table") {
+            validate_table_name(&table).map_err(|e| invalid(e.to_string()))?;
+            b = b.table(table);
+        }
+        if let Some(schema) = u.take("schema") {
+            validate_table_name(&schema).map_err(|e| invalid(e.to_string()))?;
+            b = b.schema(schema);
+        }
+        if let Some(d) = u.take("durability") {
+            b = b.allow_volatile(allow_volatile(&d).map_err(invalid)?);
+        }
+        Ok(b)
     }
 
     server_setters!("postgres://user@host:port/db");

@@ -45,6 +45,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock, Durability, OwnerId,
     ReleaseOutcome, RenewOutcome, RenewRequest, StorageError, SystemClock, TimeSource, Timestamp,
@@ -120,6 +121,46 @@ impl SqliteStorageBuilder {
             b.table = table;
         }
         b
+    }
+
+    /// A builder from `sqlite://PATH[?table=NAME&durability=volatile]`: `sqlite:///abs/file.db`
+    /// or `sqlite://relative/file.db` (what [`storage_lock::connect`] opens).
+    ///
+    /// # Errors
+    /// [`StorageError::Config`] for a malformed URL, an invalid table name or an unknown
+    /// option (the message names it).
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_sql::SqliteStorageBuilder;
+    /// assert!(SqliteStorageBuilder::from_url("sqlite:///var/lib/locks.db?table=jobs").is_ok());
+    /// assert!(SqliteStorageBuilder::from_url("sqlite:///x.db?tabel=jobs").is_err());
+    /// ```
+    ///
+    /// [`storage_lock::connect`]: https://docs.rs/storage-lock
+    pub fn from_url(url: &str) -> Result<Self, StorageError> {
+        let invalid = |reason: &str| StorageError::config("sqlite", reason);
+        let rest = url
+            .get(.."sqlite://".len())
+            .filter(|s| s.eq_ignore_ascii_case("sqlite://"))
+            .and_then(|_| url.get("sqlite://".len()..))
+            .ok_or_else(|| invalid("expected sqlite://PATH"))?;
+        let (path, _) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() {
+            return Err(invalid("the database path is empty"));
+        }
+        let mut options = DriverUrl::split(url, &["table", "durability"], &[])
+            .map_err(|reason| invalid(&reason))?;
+        let mut builder = Self::new().path(path);
+        if let Some(table) = options.take("table") {
+            validate_table_name(&table).map_err(|e| invalid(&e.to_string()))?;
+            builder = builder.table(table);
+        }
+        if let Some(d) = options.take("durability") {
+            builder =
+                builder.allow_volatile(allow_volatile(&d).map_err(|reason| invalid(&reason))?);
+        }
+        Ok(builder)
     }
 
     /// The database file (created if missing, with its parent directory).

@@ -1,7 +1,9 @@
 //! Opening a storage from a URL.
 //!
-//! The registry is one table, `SCHEMES`: a scheme and the function that opens it. A backend
-//! behind a feature adds one `#[cfg(feature = "…")]` line there.
+//! The registry is one table, `SCHEMES`: a scheme and the function that opens it. Parsing is
+//! each backend builder's own (`XStorageBuilder::from_url`, on the core's one URL vocabulary,
+//! `storage_lock_core::storage::url`); the table only dispatches. A backend behind a feature
+//! adds one `#[cfg(feature = "…")]` line there and a three-line opener.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -150,208 +152,58 @@ fn open_memory(url: String) -> Opened {
     })
 }
 
-/// `sqlite://PATH[?table=NAME]`: `sqlite:///abs/file.db` or `sqlite://relative/file.db`.
+/// `sqlite://PATH[?table=NAME&durability=volatile]` ([`storage_lock_sql::SqliteStorageBuilder::from_url`]).
 #[cfg(feature = "sqlite")]
 fn open_sqlite(url: String) -> Opened {
     Box::pin(async move {
-        let invalid = |reason: &str| ConnectError::InvalidUrl {
-            url: redact_url(&url),
-            reason: reason.to_owned(),
-        };
-        let rest = url
-            .get("sqlite:".len()..)
-            .and_then(|r| r.strip_prefix("//"))
-            .ok_or_else(|| invalid("expected sqlite://PATH"))?;
-        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        if path.is_empty() {
-            return Err(invalid("the database path is empty"));
-        }
-        let mut builder = storage_lock_sql::SqliteStorage::builder().path(path);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("table", table)) => {
-                    storage_lock_sql::validate_table_name(table)
-                        .map_err(|e| invalid(&e.to_string()))?;
-                    builder = builder.table(table);
-                }
-                Some(("durability", v)) => builder = builder.allow_volatile(volatile(&url, v)?),
-                _ => {
-                    return Err(invalid(&format!(
-                        "unknown option {pair:?} (known: table, durability)"
-                    )));
-                }
-            }
-        }
+        let builder = backend_url(&url, storage_lock_sql::SqliteStorageBuilder::from_url(&url))?;
         Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
     })
 }
 
-/// Splits storage-lock's own query parameters (`ours`, percent-decoded) off a URL parsed by
-/// [`url::Url`]; the rest stays for the driver, but only options in `driver` are accepted: a
-/// misspelled option (`?tabel=x`) is an error, never silently ignored.
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
-fn take_params(
-    raw: &str,
-    ours: &[&str],
-    driver: &[&str],
-) -> Result<(String, Vec<(String, String)>), ConnectError> {
-    let invalid = |reason: String| ConnectError::InvalidUrl {
-        url: redact_url(raw),
-        reason,
-    };
-    let mut url = url::Url::parse(raw).map_err(|e| invalid(e.to_string()))?;
-    let (mut kept, mut taken) = (Vec::new(), Vec::new());
-    for (k, v) in url.query_pairs() {
-        if ours.contains(&&*k) {
-            taken.push((k.into_owned(), v.into_owned()));
-        } else if driver.contains(&&*k) {
-            kept.push((k.into_owned(), v.into_owned()));
-        } else {
-            let known = ours.iter().chain(driver).copied().collect::<Vec<_>>();
-            return Err(invalid(format!(
-                "unknown option {k:?} (known: {})",
-                known.join(", ")
-            )));
-        }
-    }
-    if kept.is_empty() {
-        url.set_query(None);
-    } else {
-        url.query_pairs_mut().clear().extend_pairs(kept);
-    }
-    Ok((url.into(), taken))
-}
-
-/// A driver's verdict on its URL as [`ConnectError::InvalidUrl`].
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "redis"))]
-fn checked_driver_url(url: &str, verdict: Result<(), String>) -> Result<(), ConnectError> {
-    verdict.map_err(|reason| ConnectError::InvalidUrl {
-        url: redact_url(url),
-        reason,
+/// `postgres://…` ([`storage_lock_sql::PostgresStorageBuilder::from_url`]).
+#[cfg(feature = "postgres")]
+fn open_postgres(url: String) -> Opened {
+    Box::pin(async move {
+        let builder = backend_url(
+            &url,
+            storage_lock_sql::PostgresStorageBuilder::from_url(&url),
+        )?;
+        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
     })
 }
 
+/// `mysql://…`, `mariadb://…` ([`storage_lock_sql::MysqlStorageBuilder::from_url`]).
+#[cfg(feature = "mysql")]
+fn open_mysql(url: String) -> Opened {
+    Box::pin(async move {
+        let builder = backend_url(&url, storage_lock_sql::MysqlStorageBuilder::from_url(&url))?;
+        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+/// `redis://…`, `rediss://…` ([`storage_lock_redis::RedisStorageBuilder::from_url`]).
+#[cfg(feature = "redis")]
+fn open_redis(url: String) -> Opened {
+    Box::pin(async move {
+        let builder = backend_url(
+            &url,
+            storage_lock_redis::RedisStorageBuilder::from_url(&url),
+        )?;
+        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
+    })
+}
+
+/// A backend builder's URL check (`from_url`) as [`ConnectError::InvalidUrl`].
 #[cfg(any(
     feature = "sqlite",
     feature = "postgres",
     feature = "mysql",
-    feature = "redis"
+    feature = "redis",
+    feature = "etcd",
+    feature = "nats",
+    feature = "object-store"
 ))]
-/// `durability=volatile` accepts a server that can forget writes; `durability=durable` is the
-/// default; `durability=unverified` opens as the default does (a server whose settings cannot
-/// be read opens as [`storage_lock_core::Durability::Unverified`]) and tells the CLI that the
-/// operator made sure of them, so it neither warns nor fails `check`.
-fn volatile(url: &str, value: &str) -> Result<bool, ConnectError> {
-    match value {
-        "volatile" => Ok(true),
-        "durable" | "unverified" => Ok(false),
-        other => Err(ConnectError::InvalidUrl {
-            url: redact_url(url),
-            reason: format!("durability must be durable, unverified or volatile, not {other:?}"),
-        }),
-    }
-}
-
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-fn checked_identifier(url: &str, value: String) -> Result<String, ConnectError> {
-    storage_lock_sql::validate_table_name(&value).map_err(|e| ConnectError::InvalidUrl {
-        url: redact_url(url),
-        reason: e.to_string(),
-    })?;
-    Ok(value)
-}
-
-/// `postgres://user@host:port/db[?table=NAME&schema=NAME&durability=volatile&…driver options]`.
-#[cfg(feature = "postgres")]
-fn open_postgres(url: String) -> Opened {
-    Box::pin(async move {
-        let (driver_url, params) =
-            take_params(&url, &["table", "schema", "durability"], PG_OPTIONS)?;
-        checked_driver_url(&url, storage_lock_sql::postgres::validate_url(&driver_url))?;
-        let mut b = storage_lock_sql::PostgresStorage::builder().url(driver_url);
-        for (k, v) in params {
-            b = match k.as_str() {
-                "durability" => b.allow_volatile(volatile(&url, &v)?),
-                "table" => b.table(checked_identifier(&url, v)?),
-                _ => b.schema(checked_identifier(&url, v)?),
-            };
-        }
-        Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
-    })
-}
-
-/// The PostgreSQL driver's URL options passed through.
-#[cfg(feature = "postgres")]
-const PG_OPTIONS: &[&str] = &[
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-    "options",
-    "application_name",
-    "host",
-    "hostaddr",
-    "port",
-    "dbname",
-    "user",
-    "password",
-    "statement-cache-capacity",
-];
-
-/// `mysql://user:password@host:port/db[?table=NAME&durability=volatile&…driver options]`.
-/// The session time zone is pinned to UTC (expiry arithmetic depends on it), so `timezone` is
-/// refused.
-#[cfg(feature = "mysql")]
-fn open_mysql(url: String) -> Opened {
-    Box::pin(async move {
-        let (driver_url, params) = take_params(&url, &["table", "durability"], MYSQL_OPTIONS)?;
-        let driver_url = driver_url.replacen("mariadb:", "mysql:", 1);
-        checked_driver_url(&url, storage_lock_sql::mysql::validate_url(&driver_url))?;
-        let mut b = storage_lock_sql::MysqlStorage::builder().url(driver_url);
-        for (k, v) in params {
-            b = match k.as_str() {
-                "durability" => b.allow_volatile(volatile(&url, &v)?),
-                _ => b.table(checked_identifier(&url, v)?),
-            };
-        }
-        Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
-    })
-}
-
-/// The MySQL driver's URL options passed through (not `timezone`: see [`open_mysql`]).
-#[cfg(feature = "mysql")]
-const MYSQL_OPTIONS: &[&str] = &[
-    "ssl-mode",
-    "ssl-ca",
-    "ssl-cert",
-    "ssl-key",
-    "sslmode",
-    "sslca",
-    "charset",
-    "collation",
-    "socket",
-    "statement-cache-capacity",
-];
-
-/// `redis://[:password@]host:port[/db][?prefix=PREFIX&durability=volatile&protocol=resp3]`.
-#[cfg(feature = "redis")]
-fn open_redis(url: String) -> Opened {
-    Box::pin(async move {
-        let (driver_url, params) = take_params(&url, &["prefix", "durability"], &["protocol"])?;
-        checked_driver_url(&url, storage_lock_redis::validate_url(&driver_url))?;
-        let mut b = storage_lock_redis::RedisStorage::builder().url(driver_url);
-        for (k, v) in params {
-            b = match k.as_str() {
-                "durability" => b.allow_volatile(volatile(&url, &v)?),
-                _ => b.prefix(v),
-            };
-        }
-        Ok(Arc::new(b.open().await?) as Arc<dyn Storage>)
-    })
-}
-
-/// A backend's own URL check as [`ConnectError::InvalidUrl`].
-#[cfg(any(feature = "etcd", feature = "nats", feature = "object-store"))]
 fn backend_url<B>(url: &str, parsed: Result<B, StorageError>) -> Result<B, ConnectError> {
     parsed.map_err(|e| ConnectError::InvalidUrl {
         url: redact_url(url),
@@ -378,14 +230,15 @@ fn open_nats(url: String) -> Opened {
     })
 }
 
+/// `s3://…` ([`storage_lock_object_store::ObjectStoreStorageBuilder::from_url`]).
 #[cfg(feature = "object-store")]
 fn open_s3(url: String) -> Opened {
     Box::pin(async move {
-        let storage = backend_url(
+        let builder = backend_url(
             &url,
-            storage_lock_object_store::ObjectStoreStorage::from_url(&url),
+            storage_lock_object_store::ObjectStoreStorageBuilder::from_url(&url),
         )?;
-        Ok(Arc::new(storage) as Arc<dyn Storage>)
+        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
     })
 }
 

@@ -52,7 +52,7 @@ pub use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
 #[cfg(feature = "nats")]
 pub use storage_lock_nats::{NatsStorage, NatsStorageBuilder};
 #[cfg(feature = "object-store")]
-pub use storage_lock_object_store::ObjectStoreStorage;
+pub use storage_lock_object_store::{ObjectStoreStorage, ObjectStoreStorageBuilder};
 #[cfg(feature = "redis")]
 pub use storage_lock_redis::{RedisStorage, RedisStorageBuilder};
 #[cfg(feature = "mysql")]

@@ -1,7 +1,13 @@
-//! The parts of a backend URL of the form
-//! `scheme://[user[:password]@]host[:port][,host[:port]…][/path][?name=value&…]`, for
-//! backends whose drivers take no URL of their own (etcd, NATS, object storage): several hosts,
-//! percent-decoded credentials and options, and a check that every option was understood.
+//! The one URL vocabulary of every backend builder's `from_url`:
+//!
+//! * [`UrlParts`]: a backend URL of the form
+//!   `scheme://[user[:password]@]host[:port][,host[:port]…][/path][?name=value&…]`, for backends
+//!   whose drivers take no URL of their own (etcd, NATS, object storage): several hosts,
+//!   percent-decoded credentials and options, and a check that every option was understood;
+//! * [`DriverUrl`]: a URL for a driver that takes one (PostgreSQL, MySQL, Redis): storage-lock's
+//!   options taken off, the driver's own passed through untouched, anything else refused;
+//! * the options every backend spells alike: `durability` ([`allow_volatile`]), `timeout`
+//!   ([`parse_duration`]), `prefix` or `table` for where records live.
 
 use std::time::Duration;
 
@@ -145,6 +151,109 @@ impl UrlParts {
                 known.join(", ")
             )),
         }
+    }
+}
+
+/// A URL for a driver that parses URLs itself, split into what the driver gets and
+/// storage-lock's own options (percent-decoded, in order).
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::storage::url::DriverUrl;
+/// let mut u = DriverUrl::split(
+///     "postgres://u:p%40ss@h/db?sslmode=disable&table=locks",
+///     &["table", "durability"],
+///     &["sslmode"],
+/// )?;
+/// assert_eq!(u.driver, "postgres://u:p%40ss@h/db?sslmode=disable");
+/// assert_eq!(u.take("table").as_deref(), Some("locks"));
+/// assert!(DriverUrl::split("redis://h/?tabel=x", &["prefix"], &[]).is_err());
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DriverUrl {
+    /// The URL for the driver: the original without storage-lock's options.
+    pub driver: String,
+    /// storage-lock's options not taken yet, percent-decoded, in order.
+    pub ours: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for DriverUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverUrl")
+            .field("driver", &crate::redact_url(&self.driver))
+            .field("ours", &self.ours)
+            .finish()
+    }
+}
+
+impl DriverUrl {
+    /// Takes the options named in `ours` off `url`; keeps those in `driver` for the driver.
+    ///
+    /// # Errors
+    /// A message naming an option that is in neither list (a misspelled option is never
+    /// silently ignored), or bad percent-encoding. Never contains the password.
+    pub fn split(url: &str, ours: &[&str], driver: &[&str]) -> Result<Self, String> {
+        if url.contains('#') {
+            return Err("a URL fragment (#…) is not allowed; percent-encode '#' as %23".to_owned());
+        }
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let (mut kept, mut taken) = (Vec::new(), Vec::new());
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let name = percent_decode(k)?;
+            if ours.contains(&name.as_str()) {
+                taken.push((name, percent_decode(v)?));
+            } else if driver.contains(&name.as_str()) {
+                kept.push(pair);
+            } else {
+                let known = ours.iter().chain(driver).copied().collect::<Vec<_>>();
+                return Err(format!(
+                    "unknown option {name:?} (known: {})",
+                    known.join(", ")
+                ));
+            }
+        }
+        let driver = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        Ok(Self {
+            driver,
+            ours: taken,
+        })
+    }
+
+    /// Removes storage-lock's option `name` and returns its (last) value.
+    pub fn take(&mut self, name: &str) -> Option<String> {
+        let mut found = None;
+        self.ours.retain(|(k, v)| {
+            if k == name {
+                found = Some(v.clone());
+                false
+            } else {
+                true
+            }
+        });
+        found
+    }
+}
+
+/// The `durability` option: `volatile` accepts a server that can forget acknowledged writes
+/// (`true`); `durable` (the default) and `unverified` do not (`unverified` opens as the default
+/// does and tells tools that the operator made sure of settings the backend cannot read).
+///
+/// # Errors
+/// A message for any other value.
+pub fn allow_volatile(value: &str) -> Result<bool, String> {
+    match value {
+        "volatile" => Ok(true),
+        "durable" | "unverified" => Ok(false),
+        other => Err(format!(
+            "durability must be durable, unverified or volatile, not {other:?}"
+        )),
     }
 }
 
