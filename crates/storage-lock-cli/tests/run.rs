@@ -99,8 +99,10 @@ fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
             let started = Instant::now();
             let out =
                 support::output_within(&mut cli(dir.path(), &url, &args), Duration::from_secs(10));
+            // No waiting (a wait would last the holder's whole lease): the bound is the
+            // process start and the storage's opening on a loaded machine.
             assert!(
-                started.elapsed() < Duration::from_secs(2),
+                started.elapsed() < Duration::from_secs(8),
                 "{url}: took {:?}",
                 started.elapsed()
             );

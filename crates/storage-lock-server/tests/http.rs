@@ -466,7 +466,7 @@ async fn blocking_reads_return_on_change_or_when_free() {
     // Free: `while=held` answers at once; a plain blocking read waits for a change.
     let started = tokio::time::Instant::now();
     api.get("/v1/locks/br?wait_ms=10000&while=held").await;
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(5), "it waited");
     let started = tokio::time::Instant::now();
     let (_, info) = api.get("/v1/locks/br?wait_ms=300").await;
     assert!(started.elapsed() >= Duration::from_millis(300));
