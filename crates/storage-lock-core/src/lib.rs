@@ -50,8 +50,8 @@ mod telemetry;
 
 pub use clock::{Clock, ManualClock, SystemClock, boot_time};
 pub use contract::{
-    AcquireOptions, Busy, KeyNormalizer, LockError, MAX_NAME_LEN, PrefixNormalizer, ProviderInfo,
-    Wait,
+    AcquireOptions, Busy, KeyNormalizer, Lease, LockError, MAX_NAME_LEN, PrefixNormalizer,
+    ProviderInfo, Wait,
 };
 pub use engine::{
     HoldGone, LockEvent, LockEventKind, OwnedHold, RENEW_BATCH, ReentrantHold, StorageLock,

@@ -605,6 +605,12 @@ pub async fn reentrant_counts_levels_and_keeps_token<S: Storage>(s: S) {
             .unwrap()
             .is_none()
     );
+    // The one lease rule (`Lease`) holds here too: a lease past the year 9999 is refused
+    // before any storage call, not turned into "not held".
+    assert!(matches!(
+        l.renew_reentrant(&name, a, Duration::MAX).await,
+        Err(LockError::LeaseOutOfRange { .. })
+    ));
     assert_eq!(l.unlock_reentrant(&name, a).await.unwrap(), 1);
     assert!(l.lock_reentrant(&name, b, &o).await.unwrap().is_none());
     assert_eq!(l.unlock_reentrant(&name, a).await.unwrap(), 0);

@@ -43,9 +43,10 @@ mod connect;
 
 pub use connect::{ConnectError, connect, connect_storage, schemes};
 pub use storage_lock_core::{
-    AcquireOptions, Busy, DistributedLock, FencedResource, KeyNormalizer, LockError, LockEvent,
-    LockEventKind, LockHandle, MAX_NAME_LEN, MemoryStorage, PrefixNormalizer, ProviderInfo,
-    ReentrantHold, RenewalResult, StaleToken, StorageError, StorageLock, StorageLockBuilder, Wait,
+    AcquireOptions, Busy, DistributedLock, FencedResource, KeyNormalizer, Lease, LockError,
+    LockEvent, LockEventKind, LockHandle, MAX_NAME_LEN, MemoryStorage, PrefixNormalizer,
+    ProviderInfo, ReentrantHold, RenewalResult, StaleToken, StorageError, StorageLock,
+    StorageLockBuilder, Wait,
 };
 #[cfg(feature = "etcd")]
 pub use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};

@@ -190,12 +190,7 @@ impl AcquireOptions {
     /// assert!(bad.validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<(), LockError> {
-        if self.lease.is_zero() {
-            return Err(LockError::invalid_option(
-                "lease",
-                "must be greater than zero",
-            ));
-        }
+        super::Lease::new(self.lease)?;
         if let Some(every) = self.auto_renew {
             if every.is_zero() {
                 return Err(LockError::invalid_option(

@@ -69,7 +69,6 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         options: &AcquireOptions,
     ) -> Result<Result<LockHandle, Busy>, LockError> {
         options.validate()?;
-        crate::hold::lease_representable(options.lease)?;
         // Inline when short: the key needs no allocation of its own, here or in the handle.
         let key = SmallKey::new(&self.key_for(name)?);
         // Building a span (and an `Instrumented` wrapper) costs even when nobody listens.

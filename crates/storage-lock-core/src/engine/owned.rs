@@ -173,7 +173,6 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 reason: "the all-zero owner id is reserved".into(),
             });
         }
-        crate::hold::lease_representable(options.lease)?;
         let key = crate::small_key::SmallKey::new(&self.key_for(name)?);
         let mut req = self.request(owner, options, false);
         if let Some(mut holder) = holder {
@@ -225,8 +224,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         owner: OwnerId,
         lease: Duration,
     ) -> Result<Option<SystemTime>, LockError> {
-        AcquireOptions::default().lease(lease).validate()?;
-        crate::hold::lease_representable(lease)?;
+        crate::contract::Lease::new(lease)?;
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
         let outcome = self.storage.as_ref().renew(&key, owner, lease).await?;
         let RenewOutcome::Renewed { expires_at } = outcome else {

@@ -42,7 +42,6 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 reason: "the reentrant API has no watchdog; call renew_reentrant".into(),
             });
         }
-        crate::hold::lease_representable(options.lease)?;
         let key = crate::small_key::SmallKey::new(&self.key_for(name)?);
         let req = self.request(owner, options, true);
         let Ok(granted) = self.acquire_loop(&key, &req, options, None).await? else {
@@ -96,12 +95,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         owner: OwnerId,
         lease: Duration,
     ) -> Result<Option<SystemTime>, LockError> {
-        if lease.is_zero() {
-            return Err(LockError::InvalidOptions {
-                option: "lease",
-                reason: "must be greater than zero".into(),
-            });
-        }
+        crate::contract::Lease::new(lease)?;
         let key = self.key_for(name)?;
         Ok(
             match self.storage.as_ref().renew(&key, owner, lease).await? {

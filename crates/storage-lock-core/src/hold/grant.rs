@@ -2,14 +2,12 @@
 //! which leases can be represented at all.
 
 use std::fmt;
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use super::state::{NAME_ELSEWHERE, from_millis, to_millis};
 use crate::clock::BootInstant;
-use crate::contract::LockError;
 use crate::small_key::SmallKey;
 
 /// The safety margin subtracted from a lease to get the handle's **local deadline**:
@@ -143,34 +141,6 @@ impl GrantName {
                 .map_or_else(|| Self::Other(name.into()), Self::SuffixAt),
             _ => Self::Other(name.into()),
         }
-    }
-}
-
-/// Whether a hold of `lease` from now ends by [`crate::Timestamp::MAX`] (judged on this host's
-/// clock, in whole milliseconds as storages count; the storage's verdict comes with its expiry:
-/// a grant whose expiry does not fit is released and refused, a renewal's turns the handle lost).
-///
-/// The wall clock is read once per process: every lease up to [`Timestamp::MAX`] minus that
-/// reading minus a century fits for the next century (unless the clock jumps further ahead), so
-/// ordinary leases pass without a clock read (this check runs on every acquisition); longer ones
-/// are judged on a fresh reading.
-///
-/// [`Timestamp::MAX`]: crate::Timestamp::MAX
-pub(crate) fn lease_representable(lease: Duration) -> Result<(), LockError> {
-    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
-    static SURE_TO_FIT: OnceLock<Duration> = OnceLock::new();
-    let room = || {
-        // Fits iff floor_ms(now + lease) <= MAX, i.e. now + lease < MAX + 1 ms.
-        let end = Duration::from_millis(crate::storage::Timestamp::MAX.as_millis() + 1);
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
-        end.saturating_sub(now)
-    };
-    if lease < *SURE_TO_FIT.get_or_init(|| room().saturating_sub(CENTURY)) || lease < room() {
-        Ok(())
-    } else {
-        Err(LockError::LeaseOutOfRange { lease })
     }
 }
 

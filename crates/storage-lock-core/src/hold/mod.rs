@@ -38,7 +38,7 @@ mod runtime;
 mod state;
 mod watchdog;
 
-pub(crate) use grant::{GrantName, lease_representable};
+pub(crate) use grant::GrantName;
 pub use grant::{HoldGrant, safety_margin};
 pub use handle::{LockHandle, RenewalResult};
 pub use io::HoldIo;

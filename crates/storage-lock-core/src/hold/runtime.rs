@@ -11,7 +11,7 @@ use once_cell::race::OnceBox;
 use tokio_util::sync::CancellationToken;
 
 use super::RenewalResult;
-use super::grant::{GrantName, HoldGrant, lease_representable, local_deadline, wake_for};
+use super::grant::{GrantName, HoldGrant, local_deadline, wake_for};
 use super::io::Backend;
 use super::state::{
     Extra, HELD, HoldCore, LEASE_ELSEWHERE, LOST, NAME_ELSEWHERE, RELEASE_STARTED, RELEASED,
@@ -373,14 +373,11 @@ impl HoldRuntime {
         &self,
         lease: Option<Duration>,
     ) -> Result<RenewalResult, LockError> {
-        if lease.is_some_and(|l| l.is_zero()) {
-            return Err(LockError::invalid_option(
-                "lease",
-                "must be greater than zero",
-            ));
-        }
-        let lease = lease.unwrap_or_else(|| self.lease());
-        lease_representable(lease)?;
+        // The handle's own lease was checked when it was granted.
+        let lease = match lease {
+            Some(lease) => crate::contract::Lease::new(lease)?.get(),
+            None => self.lease(),
+        };
         Ok(self.renew(lease, true).await)
     }
 
