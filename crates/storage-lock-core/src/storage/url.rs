@@ -113,16 +113,7 @@ impl UrlParts {
 
     /// Removes option `name` and returns its (last) value.
     pub fn take(&mut self, name: &str) -> Option<String> {
-        let mut found = None;
-        self.params.retain(|(k, v)| {
-            if k == name {
-                found = Some(v.clone());
-                false
-            } else {
-                true
-            }
-        });
-        found
+        take_param(&mut self.params, name)
     }
 
     /// [`Self::take`] as a duration (`500ms`, `2s`, `1m`; not zero).
@@ -228,17 +219,22 @@ impl DriverUrl {
 
     /// Removes storage-lock's option `name` and returns its (last) value.
     pub fn take(&mut self, name: &str) -> Option<String> {
-        let mut found = None;
-        self.ours.retain(|(k, v)| {
-            if k == name {
-                found = Some(v.clone());
-                false
-            } else {
-                true
-            }
-        });
-        found
+        take_param(&mut self.ours, name)
     }
+}
+
+/// Removes every `name` option from `params`; the last one's value.
+fn take_param(params: &mut Vec<(String, String)>, name: &str) -> Option<String> {
+    let mut found = None;
+    params.retain(|(k, v)| {
+        if k == name {
+            found = Some(v.clone());
+            false
+        } else {
+            true
+        }
+    });
+    found
 }
 
 /// The `durability` option: `volatile` accepts a server that can forget acknowledged writes
