@@ -341,8 +341,8 @@ impl Storage for EtcdStorage {
             .with_change_notifications(true)
             .with_time_source(TimeSource::Injected)
             .with_round_trips(
-                "3 / 2 / 2 (the record and, for a free key, the fencing floor, then one \
-                 compare-and-set Txn)",
+                "2 / 2 / 2 (a read of the record, then one compare-and-set Txn; a fresh key's \
+                 first acquisition also reads the fencing floor before and after its create: 4)",
             )
     }
 

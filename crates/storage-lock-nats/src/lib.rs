@@ -456,8 +456,9 @@ impl Storage for NatsStorage {
             .with_change_notifications(true)
             .with_time_source(TimeSource::Injected)
             .with_round_trips(
-                "3 / 2 / 2 (the record and, for a free key, the fencing floor, then one \
-                 revision-checked write)",
+                "2 / 2 / 2 (a read of the record, then one revision-checked write; a fresh \
+                 key's first acquisition also reads the fencing floor before and after its \
+                 create: 4)",
             );
         match self.durability {
             Durability::Unverified => caps.with_unverified_durability(

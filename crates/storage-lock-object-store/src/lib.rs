@@ -369,8 +369,8 @@ impl Storage for ObjectStoreStorage {
         Capabilities::linearizable()
             .with_time_source(TimeSource::Injected)
             .with_round_trips(
-                "3 / 2 / 2 (a GET of the record and, for a free key, of the fencing floor, then \
-                 one conditional PUT)",
+                "2 / 2 / 2 (a GET of the record, then one conditional PUT; a fresh key's first \
+                 acquisition also GETs the fencing floor before and after its create: 4)",
             )
     }
 
