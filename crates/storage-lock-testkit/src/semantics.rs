@@ -766,8 +766,10 @@ pub async fn waiter_acquires_when_holder_expires<S: Storage>(s: S) {
         .await
         .unwrap();
     assert!(got.is_some());
+    // At the holder's expiry (0.3 s), not at the end of the 10 s budget: the bound leaves a
+    // loaded machine room and still tells the two apart.
     assert!(
-        start.elapsed() < Duration::from_secs(3),
+        start.elapsed() < Duration::from_secs(8),
         "{:?}",
         start.elapsed()
     );
@@ -784,7 +786,12 @@ pub async fn dropped_handle_releases_in_background<S: Storage>(s: S) {
         .await
         .unwrap();
     assert!(got.is_some());
-    assert!(start.elapsed() < Duration::from_secs(3));
+    // Released in the background at once, not at the 60 s lease (nor the 10 s budget).
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 /// Listeners see acquired, contended, timed out, renewed, released and lost events.
