@@ -23,7 +23,7 @@ use storage_lock_core::{
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::{AuthHandle, Permission, Principal};
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, ErrorKind};
 
 /// The longest a request may wait (`wait_ms` of acquire and of a blocking read): 30 s.
 pub const MAX_WAIT_MS: u64 = 30_000;
@@ -379,7 +379,7 @@ impl Caller {
         match token.and_then(|t| auth.authenticate(t)) {
             Some(p) => Ok(Self(Some(p), None)),
             None => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
+                ErrorKind::Unauthenticated,
                 "unauthorized",
                 if token.is_some() {
                     "the bearer token is not valid"
@@ -393,7 +393,7 @@ impl Caller {
     fn require(&self, st: &AppState, name: &str, needed: Permission) -> Result<(), ApiError> {
         match (st.auth.as_ref().map(AuthHandle::current), &self.0) {
             (Some(auth), Some(p)) if !auth.allows(p, name, needed) => Err(ApiError::new(
-                StatusCode::FORBIDDEN,
+                ErrorKind::Forbidden,
                 "forbidden",
                 format!(
                     "token {:?} may not {} locks named {name:?}",
@@ -1266,7 +1266,7 @@ pub(crate) async fn readyz(State(st): Shared) -> Response {
 }
 
 pub(crate) async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+    ApiError::new(ErrorKind::NotFound, "not_found", "no such route")
 }
 
 /// Unknown paths: a 404 with the error body; a lock name with a raw `/` gets told to send it
@@ -1275,7 +1275,7 @@ pub(crate) async fn fallback(uri: axum::http::Uri) -> ApiError {
     let rest = uri.path().strip_prefix("/v1/locks/").unwrap_or_default();
     if rest.trim_end_matches('/').contains('/') {
         return ApiError::new(
-            StatusCode::NOT_FOUND,
+            ErrorKind::NotFound,
             "not_found",
             "no such route; a lock name is one path segment: send `/` in it as %2F",
         );
@@ -1285,7 +1285,7 @@ pub(crate) async fn fallback(uri: axum::http::Uri) -> ApiError {
 
 pub(crate) async fn method_not_allowed() -> ApiError {
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorKind::MethodNotAllowed,
         "method_not_allowed",
         "this route does not take that method",
     )

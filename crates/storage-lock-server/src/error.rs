@@ -1,4 +1,6 @@
-//! The one error body of the HTTP API, and how every failure maps onto it.
+//! The server's one error: what went wrong ([`ErrorKind`], whatever the transport) with its
+//! stable code and message ([`ErrorBody`]). Each transport maps the kind once: HTTP statuses
+//! here ([`ErrorKind::http_status`]), gRPC codes in `grpc`.
 
 use std::time::Duration;
 
@@ -37,19 +39,70 @@ pub struct ErrorBody {
     pub expires_in_ms: Option<u64>,
 }
 
-/// A failed request: status plus [`ErrorBody`].
+/// What went wrong, whatever the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Malformed or invalid input; nothing changed.
+    BadInput,
+    /// The request body is over the size limit.
+    TooLarge,
+    /// The request body is not JSON.
+    UnsupportedMedia,
+    /// No or an unknown bearer token.
+    Unauthenticated,
+    /// The token's grants do not cover the operation.
+    Forbidden,
+    /// No such route.
+    NotFound,
+    /// The route exists, the method does not.
+    MethodNotAllowed,
+    /// Another owner holds the lock.
+    Busy,
+    /// This owner's hold is gone.
+    Lost,
+    /// The request is well formed but cannot be served for this lock (its fencing token
+    /// reached the storage's bound).
+    Unprocessable,
+    /// The storage cannot be reached; retry.
+    Unavailable,
+    /// A bug.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The HTTP status of this kind.
+    pub fn http_status(self) -> StatusCode {
+        match self {
+            Self::BadInput => StatusCode::BAD_REQUEST,
+            Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMedia => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Busy => StatusCode::CONFLICT,
+            Self::Lost => StatusCode::GONE,
+            Self::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// A failed request: its [`ErrorKind`] plus [`ErrorBody`].
 #[derive(Debug)]
 pub struct ApiError {
-    status: StatusCode,
+    kind: ErrorKind,
     body: Box<ErrorBody>,
     retry_after: Option<Duration>,
 }
 
 impl ApiError {
-    /// An error with this status, code and message.
-    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    /// An error of this kind, code and message.
+    pub fn new(kind: ErrorKind, code: &str, message: impl Into<String>) -> Self {
         Self {
-            status,
+            kind,
             body: Box::new(ErrorBody {
                 error: code.to_owned(),
                 message: message.into(),
@@ -63,13 +116,13 @@ impl ApiError {
 
     /// 400 with `code`.
     pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
+        Self::new(ErrorKind::BadInput, code, message)
     }
 
     /// 409 `busy`: another owner holds the lock for `left` more (unless renewed).
     pub fn busy(name: &str, holder: Option<Holder>, left: Option<Duration>) -> Self {
         let mut e = Self::new(
-            StatusCode::CONFLICT,
+            ErrorKind::Busy,
             "busy",
             format!("lock {name:?} is held by another owner"),
         );
@@ -83,7 +136,7 @@ impl ApiError {
     /// 410 `lost`, with why.
     pub fn lost(name: &str, why: HoldGone) -> Self {
         let mut e = Self::new(
-            StatusCode::GONE,
+            ErrorKind::Lost,
             "lost",
             format!("this owner does not hold lock {name:?} ({})", why.code()),
         );
@@ -91,9 +144,14 @@ impl ApiError {
         e
     }
 
+    /// What went wrong.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
-        self.status
+        self.kind.http_status()
     }
 
     /// The body.
@@ -104,7 +162,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut res = (self.status, Json(*self.body)).into_response();
+        let mut res = (self.kind.http_status(), Json(*self.body)).into_response();
         if let Some(after) = self.retry_after {
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
             if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
@@ -122,15 +180,15 @@ impl From<LockError> for ApiError {
             LockError::InvalidName { .. } => Self::bad_request("invalid_name", msg),
             LockError::InvalidOptions { .. } => Self::bad_request("invalid_options", msg),
             LockError::LeaseOutOfRange { .. } => Self::bad_request("lease_out_of_range", msg),
-            LockError::NotHeld { .. } => Self::new(StatusCode::GONE, "lost", msg),
+            LockError::NotHeld { .. } => Self::new(ErrorKind::Lost, "lost", msg),
             LockError::FencingExhausted { .. } => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "fencing_exhausted", msg)
+                Self::new(ErrorKind::Unprocessable, "fencing_exhausted", msg)
             }
             LockError::Storage(_) | LockError::Unsafe { .. } | LockError::Cancelled => {
                 tracing::warn!(error = %msg, "storage failure");
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)
+                Self::new(ErrorKind::Unavailable, "unavailable", msg)
             }
-            _ => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", msg),
+            _ => Self::new(ErrorKind::Internal, "internal", msg),
         }
     }
 }
@@ -138,14 +196,14 @@ impl From<LockError> for ApiError {
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         // Syntax and shape errors alike are 400 `invalid_body`.
-        let (status, code) = match r.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+        let (kind, code) = match r.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => (ErrorKind::TooLarge, "body_too_large"),
             StatusCode::UNSUPPORTED_MEDIA_TYPE => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+                (ErrorKind::UnsupportedMedia, "unsupported_media_type")
             }
-            _ => (StatusCode::BAD_REQUEST, "invalid_body"),
+            _ => (ErrorKind::BadInput, "invalid_body"),
         };
-        Self::new(status, code, r.body_text())
+        Self::new(kind, code, r.body_text())
     }
 }
 

@@ -28,7 +28,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use storage_lock_core::OwnerId;
 use storage_lock_proto::v1 as pb;
 use storage_lock_proto::v1::lock_service_server::LockService;
@@ -41,7 +40,7 @@ use crate::api::{
     AcquireBody, AppState, Caller, ForceReleaseBody, GetQuery, Holder, ListQuery, LockInfo,
     ReleaseBody, RenewBody, WhileState,
 };
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 /// How long the first message (`Open`) may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,14 +53,18 @@ pub(crate) struct Grpc {
 
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Self {
-        let code = match e.status() {
-            StatusCode::CONFLICT => tonic::Code::Aborted,
-            StatusCode::GONE => tonic::Code::FailedPrecondition,
-            StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
-            StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
-            StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
-            StatusCode::NOT_FOUND => tonic::Code::NotFound,
-            s if s.is_client_error() => tonic::Code::InvalidArgument,
+        // The one mapping of error kinds to gRPC codes (HTTP's is `ErrorKind::http_status`).
+        let code = match e.kind() {
+            ErrorKind::Busy => tonic::Code::Aborted,
+            ErrorKind::Lost | ErrorKind::Unprocessable => tonic::Code::FailedPrecondition,
+            ErrorKind::Unauthenticated => tonic::Code::Unauthenticated,
+            ErrorKind::Forbidden => tonic::Code::PermissionDenied,
+            ErrorKind::Unavailable => tonic::Code::Unavailable,
+            ErrorKind::NotFound => tonic::Code::NotFound,
+            ErrorKind::MethodNotAllowed => tonic::Code::Unimplemented,
+            ErrorKind::BadInput | ErrorKind::TooLarge | ErrorKind::UnsupportedMedia => {
+                tonic::Code::InvalidArgument
+            }
             _ => tonic::Code::Internal,
         };
         let body = e.body();
@@ -498,7 +501,7 @@ impl Session {
                     expires_in_ms,
                 })
             }
-            Err(e) if e.status() == StatusCode::CONFLICT => {
+            Err(e) if e.kind() == ErrorKind::Busy => {
                 let body = e.body();
                 Kind::Busy(pb::Busy {
                     request_id: done.request_id,

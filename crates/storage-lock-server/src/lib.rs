@@ -89,7 +89,7 @@ use utoipa_axum::routes;
 
 pub use api::{MAX_LEASE_MS, MAX_WAIT_MS};
 pub use auth::{Auth, AuthFileError, AuthHandle, Permission, hash_token};
-pub use error::{ApiError, ErrorBody};
+pub use error::{ApiError, ErrorBody, ErrorKind};
 pub use observe::{COUNT_HELD_UP_TO, install_prometheus};
 pub use tls::{TlsConfig, TlsError};
 
