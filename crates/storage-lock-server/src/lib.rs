@@ -65,7 +65,7 @@
 //! `admin` grants. Admin actions are logged on the `storage_lock::audit` target with who, what
 //! and which fencing token.
 
-pub mod api;
+mod api;
 pub mod auth;
 mod error;
 mod grpc;
