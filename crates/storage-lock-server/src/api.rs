@@ -87,6 +87,8 @@ pub(crate) struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// What the web page shows that the storage does not keep (events seen here).
     pub ui: Arc<crate::recorder::Recorder>,
+    /// When `/metrics` last began counting the held locks (see `observe::count_held`).
+    pub held_counted: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 pub(crate) type Shared = State<Arc<AppState>>;

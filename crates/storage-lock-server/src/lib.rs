@@ -90,7 +90,7 @@ use utoipa_axum::routes;
 pub use api::{MAX_LEASE_MS, MAX_WAIT_MS};
 pub use auth::{Auth, AuthFileError, AuthHandle, Permission, hash_token};
 pub use error::{ApiError, ErrorBody, ErrorKind};
-pub use observe::{COUNT_HELD_UP_TO, install_prometheus};
+pub use observe::{COUNT_HELD_EVERY, COUNT_HELD_UP_TO, install_prometheus};
 pub use tls::{TlsConfig, TlsError};
 
 /// The largest request body: 64 KiB (larger ones get `413 body_too_large`).
@@ -226,6 +226,7 @@ impl Server {
             auth: self.auth,
             shutdown: self.shutdown,
             ui: Arc::new(recorder::Recorder::default()),
+            held_counted: std::sync::Mutex::new(None),
         });
         // History starts with the server, not with the first visit to the page (outside a
         // runtime, at the first request that needs it).
@@ -253,7 +254,7 @@ impl Server {
                         async move {
                             match m {
                                 Some(handle) => {
-                                    observe::count_held(&st.locks).await;
+                                    observe::count_held(&st.locks, &st.held_counted).await;
                                     (
                                         [(
                                             axum::http::header::CONTENT_TYPE,

@@ -9,7 +9,7 @@
 //! | `storage_lock_grpc_request_duration_seconds` | histogram | `method` (until the response starts: a session's stream is not included) |
 //! | `storage_lock_grpc_sessions` | gauge | (gRPC sessions open now) |
 //! | `storage_lock_grpc_sessions_total` | counter | (sessions opened) |
-//! | `storage_lock_locks_held` | gauge | `storage` (locks held in the storage by anyone, counted at each scrape, up to [`COUNT_HELD_UP_TO`]) |
+//! | `storage_lock_locks_held` | gauge | `storage` (locks held in the storage by anyone, counted at a scrape at most every [`COUNT_HELD_EVERY`], up to [`COUNT_HELD_UP_TO`]) |
 //!
 //! plus the engine's (`storage_lock_acquire_total`, `storage_lock_lost_total{reason}`,
 //! `storage_lock_renewals_total`, … see [`storage_lock_core::describe_metrics`]). Every family
@@ -40,6 +40,12 @@ const HOLD_SECONDS: &[f64] = &[
 ];
 /// `storage_lock_locks_held` counts at most this many records per scrape (then says this).
 pub const COUNT_HELD_UP_TO: usize = 100_000;
+
+/// How often at most a scrape of `/metrics` counts the held locks (it lists the storage's
+/// records: with several Prometheus servers or a short scrape interval, counting at every
+/// scrape would list a large table many times a minute); scrapes in between show the last
+/// count.
+pub const COUNT_HELD_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Installs the process-wide Prometheus recorder the way a lock server wants it: every
 /// duration a histogram with explicit buckets (1 ms to 5 min; holds 10 ms to a day). Pass the
@@ -167,9 +173,22 @@ pub(crate) async fn observe(req: Request, next: Next) -> Response {
 
 /// Sets `storage_lock_locks_held{storage}`: the locks held in `locks`' storage now, by any
 /// holder (this server's API clients, its sessions, other processes on the same storage),
-/// counted page by page up to [`COUNT_HELD_UP_TO`]. A storage error leaves the last value.
-pub(crate) async fn count_held(locks: &storage_lock_core::StorageLock) {
+/// counted page by page up to [`COUNT_HELD_UP_TO`], unless `last` (when the last count began)
+/// is less than [`COUNT_HELD_EVERY`] ago or a count is running. A storage error leaves the last
+/// value.
+pub(crate) async fn count_held(
+    locks: &storage_lock_core::StorageLock,
+    last: &std::sync::Mutex<Option<tokio::time::Instant>>,
+) {
     use storage_lock_core::{PageRequest, StorageExt};
+    {
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        let now = tokio::time::Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < COUNT_HELD_EVERY) {
+            return;
+        }
+        *last = Some(now);
+    }
     let storage = locks.storage();
     let Ok(now) = storage.now().await else {
         return;

@@ -151,6 +151,19 @@ async fn metrics_cover_the_engine_the_server_and_the_dashboard() {
         "{}",
         held[0]
     );
+    // A second scrape within COUNT_HELD_EVERY shows the last count without listing the
+    // storage again (a scrape used to list every record, each time).
+    let lists = faulty.calls(storage_lock_core::fault::Op::List);
+    let again = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(faulty.calls(storage_lock_core::fault::Op::List), lists);
+    assert_eq!(samples(&again, "storage_lock_locks_held"), held);
     // Histograms, never summaries; and every family says what it is.
     assert!(!text.contains("quantile="), "a summary:\n{text}");
     for line in text.lines() {
