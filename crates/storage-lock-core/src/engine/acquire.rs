@@ -125,16 +125,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 }
                 Err(e) => {
                     // Release first, then report the original error.
-                    let storage = self.storage.clone();
-                    let owner = req.owner;
-                    let released = detached(
-                        async move { storage.as_ref().release(key.as_str(), owner).await },
-                        |_| async {},
-                    )
-                    .await;
-                    if let Err(release_err) = released {
-                        tracing::warn!(error = %release_err, "release after a failed grant failed");
-                    }
+                    self.release_refused_grant(&key, req.owner).await;
                     telemetry::hold_ended(Duration::ZERO);
                     Err(e)
                 }
@@ -355,22 +346,28 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         if granted.fencing <= limit || granted.count > 1 {
             return Ok(granted);
         }
-        let storage = self.storage.clone();
-        let (owner, released_key) = (req.owner, key.clone());
-        let released = detached(
-            async move { storage.as_ref().release(released_key.as_str(), owner).await },
-            |_| async {},
-        )
-        .await;
-        if let Err(e) = released {
-            tracing::warn!(key = %key, error = %e, "release of a grant past the fencing limit failed");
-        }
+        self.release_refused_grant(key, req.owner).await;
         tracing::error!(key = %key, fencing = granted.fencing, bound, "fencing token near the storage's bound: grant refused");
         Err(LockError::FencingExhausted {
             key: key.as_str().to_owned(),
             fencing: granted.fencing,
             bound,
         })
+    }
+
+    /// Releases a grant the engine refuses to hand out (one level of `owner`'s hold of `key`),
+    /// to completion even if the caller's future is dropped meanwhile; a failure is logged and
+    /// leaves the grant to its lease.
+    async fn release_refused_grant(&self, key: &SmallKey, owner: OwnerId) {
+        let (storage, released_key) = (self.storage.clone(), key.clone());
+        let released = detached(
+            async move { storage.as_ref().release(released_key.as_str(), owner).await },
+            |_| async {},
+        )
+        .await;
+        if let Err(e) = released {
+            tracing::warn!(key = %key, error = %e, "release of a refused grant failed");
+        }
     }
 }
 
