@@ -140,17 +140,19 @@ impl SqliteStorageBuilder {
     /// [`storage_lock::connect`]: https://docs.rs/storage-lock
     pub fn from_url(url: &str) -> Result<Self, StorageError> {
         let invalid = |reason: &str| StorageError::config("sqlite", reason);
-        let rest = url
+        let mut options = DriverUrl::split(url, &["table", "durability"], &[])
+            .map_err(|reason| invalid(&reason))?;
+        // What is left without the options is `sqlite://PATH`.
+        let path = options
+            .driver
             .get(.."sqlite://".len())
             .filter(|s| s.eq_ignore_ascii_case("sqlite://"))
-            .and_then(|_| url.get("sqlite://".len()..))
-            .ok_or_else(|| invalid("expected sqlite://PATH"))?;
-        let (path, _) = rest.split_once('?').unwrap_or((rest, ""));
+            .and_then(|_| options.driver.get("sqlite://".len()..))
+            .ok_or_else(|| invalid("expected sqlite://PATH"))?
+            .to_owned();
         if path.is_empty() {
             return Err(invalid("the database path is empty"));
         }
-        let mut options = DriverUrl::split(url, &["table", "durability"], &[])
-            .map_err(|reason| invalid(&reason))?;
         let mut builder = Self::new().path(path);
         if let Some(table) = options.take("table") {
             validate_table_name(&table).map_err(|e| invalid(&e.to_string()))?;

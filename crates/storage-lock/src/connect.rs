@@ -3,7 +3,7 @@
 //! The registry is one table, `SCHEMES`: a scheme and the function that opens it. Parsing is
 //! each backend builder's own (`XStorageBuilder::from_url`, on the core's one URL vocabulary,
 //! `storage_lock_core::storage::url`); the table only dispatches. A backend behind a feature
-//! adds one `#[cfg(feature = "…")]` line there and a three-line opener.
+//! adds one `#[cfg(feature = "…")]` line there and one `from_url_opener!` call.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -152,48 +152,6 @@ fn open_memory(url: String) -> Opened {
     })
 }
 
-/// `sqlite://PATH[?table=NAME&durability=volatile]` ([`storage_lock_sql::SqliteStorageBuilder::from_url`]).
-#[cfg(feature = "sqlite")]
-fn open_sqlite(url: String) -> Opened {
-    Box::pin(async move {
-        let builder = backend_url(&url, storage_lock_sql::SqliteStorageBuilder::from_url(&url))?;
-        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
-    })
-}
-
-/// `postgres://…` ([`storage_lock_sql::PostgresStorageBuilder::from_url`]).
-#[cfg(feature = "postgres")]
-fn open_postgres(url: String) -> Opened {
-    Box::pin(async move {
-        let builder = backend_url(
-            &url,
-            storage_lock_sql::PostgresStorageBuilder::from_url(&url),
-        )?;
-        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
-    })
-}
-
-/// `mysql://…`, `mariadb://…` ([`storage_lock_sql::MysqlStorageBuilder::from_url`]).
-#[cfg(feature = "mysql")]
-fn open_mysql(url: String) -> Opened {
-    Box::pin(async move {
-        let builder = backend_url(&url, storage_lock_sql::MysqlStorageBuilder::from_url(&url))?;
-        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
-    })
-}
-
-/// `redis://…`, `rediss://…` ([`storage_lock_redis::RedisStorageBuilder::from_url`]).
-#[cfg(feature = "redis")]
-fn open_redis(url: String) -> Opened {
-    Box::pin(async move {
-        let builder = backend_url(
-            &url,
-            storage_lock_redis::RedisStorageBuilder::from_url(&url),
-        )?;
-        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
-    })
-}
-
 /// A backend builder's URL check (`from_url`) as [`ConnectError::InvalidUrl`].
 #[cfg(any(
     feature = "sqlite",
@@ -214,33 +172,55 @@ fn backend_url<B>(url: &str, parsed: Result<B, StorageError>) -> Result<B, Conne
     })
 }
 
-#[cfg(feature = "etcd")]
-fn open_etcd(url: String) -> Opened {
-    Box::pin(async move {
-        let builder = backend_url(&url, storage_lock_etcd::EtcdStorageBuilder::from_url(&url))?;
-        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
-    })
+/// Defines `fn $name(url) -> Opened`: the backend builder's own `from_url` (its URL check as
+/// [`ConnectError::InvalidUrl`]), then its `open`.
+macro_rules! from_url_opener {
+    ($(#[$meta:meta])* $name:ident => $builder:ty) => {
+        $(#[$meta])*
+        fn $name(url: String) -> Opened {
+            Box::pin(async move {
+                let builder = backend_url(&url, <$builder>::from_url(&url))?;
+                Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
+            })
+        }
+    };
 }
 
-#[cfg(feature = "nats")]
-fn open_nats(url: String) -> Opened {
-    Box::pin(async move {
-        let builder = backend_url(&url, storage_lock_nats::NatsStorageBuilder::from_url(&url))?;
-        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
-    })
-}
-
-/// `s3://…` ([`storage_lock_object_store::ObjectStoreStorageBuilder::from_url`]).
-#[cfg(feature = "object-store")]
-fn open_s3(url: String) -> Opened {
-    Box::pin(async move {
-        let builder = backend_url(
-            &url,
-            storage_lock_object_store::ObjectStoreStorageBuilder::from_url(&url),
-        )?;
-        Ok(Arc::new(builder.open().await?) as Arc<dyn Storage>)
-    })
-}
+from_url_opener!(
+    /// `sqlite://PATH[?table=NAME&durability=volatile]`.
+    #[cfg(feature = "sqlite")]
+    open_sqlite => storage_lock_sql::SqliteStorageBuilder
+);
+from_url_opener!(
+    /// `postgres://…`.
+    #[cfg(feature = "postgres")]
+    open_postgres => storage_lock_sql::PostgresStorageBuilder
+);
+from_url_opener!(
+    /// `mysql://…`, `mariadb://…`.
+    #[cfg(feature = "mysql")]
+    open_mysql => storage_lock_sql::MysqlStorageBuilder
+);
+from_url_opener!(
+    /// `redis://…`, `rediss://…`.
+    #[cfg(feature = "redis")]
+    open_redis => storage_lock_redis::RedisStorageBuilder
+);
+from_url_opener!(
+    /// `etcd://…`.
+    #[cfg(feature = "etcd")]
+    open_etcd => storage_lock_etcd::EtcdStorageBuilder
+);
+from_url_opener!(
+    /// `nats://…`.
+    #[cfg(feature = "nats")]
+    open_nats => storage_lock_nats::NatsStorageBuilder
+);
+from_url_opener!(
+    /// `s3://…`.
+    #[cfg(feature = "object-store")]
+    open_s3 => storage_lock_object_store::ObjectStoreStorageBuilder
+);
 
 #[cfg(feature = "http")]
 fn open_http(url: String) -> Opened {
