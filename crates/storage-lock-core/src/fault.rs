@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::storage::primitives_of;
 use crate::storage::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
     PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError,
@@ -232,7 +233,7 @@ impl<S: Storage> Storage for FaultyStorage<S> {
 impl<S: Storage> Primitives for FaultyStorage<S> {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         self.enter(Op::Create).await?;
-        inner_primitives(&self.inner, "create")?
+        primitives_of(&self.inner, "create")?
             .create(key, record)
             .await
     }
@@ -244,28 +245,17 @@ impl<S: Storage> Primitives for FaultyStorage<S> {
         record: &LockRecord,
     ) -> Result<Version, StorageError> {
         self.enter(Op::Update).await?;
-        inner_primitives(&self.inner, "update")?
+        primitives_of(&self.inner, "update")?
             .update(key, expected, record)
             .await
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
         self.enter(Op::Delete).await?;
-        inner_primitives(&self.inner, "delete")?
+        primitives_of(&self.inner, "delete")?
             .delete(key, expected)
             .await
     }
-}
-
-/// The primitives of a wrapped storage, or [`StorageError::Unsupported`] if it has none.
-fn inner_primitives<'a, S: Storage>(
-    inner: &'a S,
-    op: &'static str,
-) -> Result<&'a dyn Primitives, StorageError> {
-    inner.primitives().ok_or_else(|| StorageError::Unsupported {
-        backend: inner.name().to_owned(),
-        operation: op,
-    })
 }
 
 /// A view of a storage that exposes only its primitives, so the **default** lock operations
@@ -301,9 +291,7 @@ impl<S: Storage> Storage for PrimitivesOnly<S> {
 #[async_trait]
 impl<S: Storage> Primitives for PrimitivesOnly<S> {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        inner_primitives(&self.0, "create")?
-            .create(key, record)
-            .await
+        primitives_of(&self.0, "create")?.create(key, record).await
     }
 
     async fn update(
@@ -312,13 +300,13 @@ impl<S: Storage> Primitives for PrimitivesOnly<S> {
         expected: &Version,
         record: &LockRecord,
     ) -> Result<Version, StorageError> {
-        inner_primitives(&self.0, "update")?
+        primitives_of(&self.0, "update")?
             .update(key, expected, record)
             .await
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        inner_primitives(&self.0, "delete")?
+        primitives_of(&self.0, "delete")?
             .delete(key, expected)
             .await
     }

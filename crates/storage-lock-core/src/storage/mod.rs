@@ -177,9 +177,9 @@ pub trait Primitives: Storage {
     }
 }
 
-/// `s`'s primitives, for a provided operation (`op`) built on them; a storage without any
-/// answers [`StorageError::Unsupported`].
-fn primitives_of<'a, S: Storage + ?Sized>(
+/// `s`'s primitives, for an operation (`op`) built on them (a provided one, or a wrapper's);
+/// a storage without any answers [`StorageError::Unsupported`].
+pub(crate) fn primitives_of<'a, S: Storage + ?Sized>(
     s: &'a S,
     op: &'static str,
 ) -> Result<&'a dyn Primitives, StorageError> {
