@@ -47,12 +47,16 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use reqwest::{Method, StatusCode};
-use serde::Deserialize;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, DelegatedAdmin, Durability,
     HolderInfo, LockError, LockRecord, OwnerId, Page, PageRequest, ReleaseOutcome, RenewOutcome,
     Storage, StorageError, StorageLock, Stored, SweepReport, Timestamp, Version,
+};
+use storage_lock_wire::{
+    AcquireBody, ErrorBody, ForceReleaseBody, ForceReleased, Hold, Holder, LockInfo, LockList,
+    LockState, ReleaseBody, Released, RenewBody, Renewed, StorageInfo, SweepBody, Swept,
 };
 
 /// The environment variable the bearer token is read from when the URL has no `token=`.
@@ -64,6 +68,13 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const LONG_POLL: Duration = Duration::from_secs(25);
 
 const NAME: &str = "remote";
+/// No request body (a `GET`).
+const NO_BODY: Option<&()> = None;
+
+/// Whole milliseconds of `d` (saturating).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 #[cfg(feature = "grpc")]
 mod session;
@@ -106,68 +117,6 @@ impl fmt::Debug for RemoteStorage {
     }
 }
 
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: String,
-    message: String,
-    expires_in_ms: Option<u64>,
-    holder: Option<Holder>,
-}
-
-#[derive(Deserialize)]
-struct Holder {
-    host: String,
-    pid: u32,
-    note: Option<String>,
-}
-
-impl From<Holder> for HolderInfo {
-    fn from(h: Holder) -> Self {
-        Self {
-            host: h.host,
-            pid: h.pid,
-            note: h.note,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct StorageInfo {
-    backend: String,
-    durability: String,
-    linearizable_cas: bool,
-    fencing_floor: String,
-}
-
-#[derive(Deserialize)]
-struct Hold {
-    fencing_token: String,
-    expires_in_ms: u64,
-}
-
-#[derive(Deserialize)]
-struct Released {
-    released: bool,
-}
-
-#[derive(Deserialize)]
-struct LockInfo {
-    name: String,
-    state: String,
-    fencing_token: Option<String>,
-    holder: Option<Holder>,
-    acquired_at: Option<String>,
-    expires_at: Option<String>,
-    expires_in_ms: Option<u64>,
-    revision: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct LockList {
-    locks: Vec<LockInfo>,
-    next_cursor: Option<String>,
-}
-
 /// A request's failure, before it is mapped to a [`StorageError`].
 enum Failure {
     /// The server answered with this status and body.
@@ -195,11 +144,6 @@ fn corrupt(key: &str, reason: &str) -> StorageError {
         key: key.to_owned(),
         reason: reason.to_owned(),
     }
-}
-
-fn fencing(key: &str, s: &str) -> Result<u64, StorageError> {
-    s.parse()
-        .map_err(|_| corrupt(key, "fencing token is not a u64"))
 }
 
 /// The PEM contents of an [`Endpoint`]'s `ca=` and of its `cert=` + `key=` (one buffer).
@@ -371,7 +315,7 @@ impl RemoteStorage {
             backend: String::new(),
         };
         let info: StorageInfo = storage
-            .call(Method::GET, "/v1/storage", None, REQUEST_TIMEOUT)
+            .call(Method::GET, "/v1/storage", NO_BODY, REQUEST_TIMEOUT)
             .await
             .map_err(|f| storage.fail(f, "connect"))?;
         let caps = Capabilities::linearizable()
@@ -402,7 +346,7 @@ impl RemoteStorage {
         &self,
         method: Method,
         path: &str,
-        body: Option<serde_json::Value>,
+        body: Option<&(impl Serialize + Sync)>,
         timeout: Duration,
     ) -> Result<T, Failure> {
         let mut req = self
@@ -413,7 +357,7 @@ impl RemoteStorage {
             req = req.bearer_auth(token);
         }
         if let Some(body) = body {
-            req = req.json(&body);
+            req = req.json(body);
         }
         let transport = |op: &'static str, e: reqwest::Error| {
             // reqwest errors carry the URL, never the bearer header.
@@ -429,6 +373,7 @@ impl RemoteStorage {
             let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| ErrorBody {
                 error: "unknown".into(),
                 message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
+                reason: None,
                 expires_in_ms: None,
                 holder: None,
             });
@@ -462,10 +407,10 @@ impl RemoteStorage {
     /// The server's fencing floor (`GET /v1/storage`), failing as `op`.
     async fn read_floor(&self, op: &'static str) -> Result<u64, StorageError> {
         let info: StorageInfo = self
-            .call(Method::GET, "/v1/storage", None, REQUEST_TIMEOUT)
+            .call(Method::GET, "/v1/storage", NO_BODY, REQUEST_TIMEOUT)
             .await
             .map_err(|f| self.fail(f, op))?;
-        fencing("fencing floor", &info.fencing_floor)
+        Ok(info.fencing_floor)
     }
 
     async fn floor(&self) -> Result<Option<Stored>, StorageError> {
@@ -493,11 +438,10 @@ impl RemoteStorage {
         info: LockInfo,
         now: Timestamp,
     ) -> Result<Option<(String, Stored)>, StorageError> {
-        let Some(token) = info.fencing_token.as_deref() else {
+        let Some(fencing) = info.fencing_token else {
             return Ok(None);
         };
-        let fencing = fencing(&info.name, token)?;
-        let held = info.state == "held";
+        let held = info.state == LockState::Held;
         // Times of a held lock are counted on this host's clock from the server's durations,
         // so that `now()` (this host's clock) and the record agree; a free record's expiry is
         // in the past whatever the clocks say.
@@ -507,7 +451,7 @@ impl RemoteStorage {
         };
         let record = LockRecord {
             owner: OwnerId::NOBODY, // the server never shows owners
-            count: u32::from(info.state != "released"),
+            count: u32::from(info.state != LockState::Released),
             fencing,
             acquired_at: parse_ts(info.acquired_at.as_deref()).unwrap_or(now),
             expires_at,
@@ -544,7 +488,7 @@ impl Storage for RemoteStorage {
             .call(
                 Method::GET,
                 &Self::lock_path(key, ""),
-                None,
+                NO_BODY,
                 REQUEST_TIMEOUT,
             )
             .await
@@ -566,7 +510,7 @@ impl Storage for RemoteStorage {
             .call(
                 Method::GET,
                 &format!("/v1/locks?{}", qs.join("&")),
-                None,
+                NO_BODY,
                 REQUEST_TIMEOUT,
             )
             .await
@@ -594,28 +538,29 @@ impl Storage for RemoteStorage {
                 operation: "reentrant acquire",
             });
         }
-        let mut body = serde_json::json!({
-            "lease_ms": u64::try_from(req.lease.as_millis()).unwrap_or(u64::MAX),
-            "owner": format!("{:032x}", req.owner.as_u128()),
-        });
-        if let Some(h) = &req.holder {
-            body["holder"] = serde_json::json!({"host": h.host, "pid": h.pid});
-            if let Some(note) = &h.note {
-                body["note"] = note.clone().into();
-            }
-        }
+        let body = AcquireBody {
+            lease_ms: millis(req.lease),
+            owner: Some(req.owner.to_string()),
+            // The note travels once, as the hold's note.
+            holder: req.holder.as_deref().map(|h| Holder {
+                note: None,
+                ..Holder::from(h)
+            }),
+            note: req.holder.as_ref().and_then(|h| h.note.clone()),
+            ..AcquireBody::default()
+        };
         let sent = now_ts();
         match self
             .call::<Hold>(
                 Method::POST,
                 &Self::lock_path(key, "/acquire"),
-                Some(body),
+                Some(&body),
                 REQUEST_TIMEOUT,
             )
             .await
         {
             Ok(hold) => Ok(AcquireOutcome::Acquired {
-                fencing: fencing(key, &hold.fencing_token)?,
+                fencing: hold.fencing_token,
                 count: 1,
                 // Counted from before the request left: never later than the server's expiry.
                 expires_at: sent.saturating_add(Duration::from_millis(hold.expires_in_ms)),
@@ -639,16 +584,16 @@ impl Storage for RemoteStorage {
         owner: OwnerId,
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
-        let body = serde_json::json!({
-            "lease_ms": u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
-            "owner": format!("{:032x}", owner.as_u128()),
-        });
+        let body = RenewBody {
+            lease_ms: millis(lease),
+            owner: owner.to_string(),
+        };
         let sent = now_ts();
         match self
-            .call::<serde_json::Value>(
+            .call::<Renewed>(
                 Method::POST,
                 &Self::lock_path(key, "/renew"),
-                Some(body),
+                Some(&body),
                 REQUEST_TIMEOUT,
             )
             .await
@@ -662,21 +607,26 @@ impl Storage for RemoteStorage {
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
-        let body = serde_json::json!({ "owner": format!("{:032x}", owner.as_u128()) });
+        let body = ReleaseBody {
+            owner: owner.to_string(),
+        };
         let r: Released = self
             .call(
                 Method::POST,
                 &Self::lock_path(key, "/release"),
-                Some(body),
+                Some(&body),
                 REQUEST_TIMEOUT,
             )
             .await
             .map_err(|f| self.fail(f, "release"))?;
-        Ok(if r.released {
-            ReleaseOutcome::Released { remaining: 0 }
-        } else {
-            ReleaseOutcome::NotHeld
-        })
+        match (r.released, r.fencing_token) {
+            (true, Some(fencing)) => Ok(ReleaseOutcome::Released {
+                remaining: 0,
+                fencing,
+            }),
+            (true, None) => Err(corrupt(key, "a release without a fencing token")),
+            (false, _) => Ok(ReleaseOutcome::NotHeld),
+        }
     }
 
     /// A long poll that completes when the lock is (or becomes) free: it is sent only when the
@@ -691,7 +641,7 @@ impl Storage for RemoteStorage {
         );
         Ok(ChangeWait::new(async move {
             let r = this
-                .call::<serde_json::Value>(Method::GET, &path, None, LONG_POLL + REQUEST_TIMEOUT)
+                .call::<LockInfo>(Method::GET, &path, NO_BODY, LONG_POLL + REQUEST_TIMEOUT)
                 .await;
             if r.is_err() {
                 // The server is unreachable: let the engine's own retry pacing take over.
@@ -708,19 +658,6 @@ impl Storage for RemoteStorage {
 /// How long a sweep through the server may take (it deletes page by page).
 const SWEEP_TIMEOUT: Duration = Duration::from_secs(300);
 
-#[derive(Deserialize)]
-struct ForceReleased {
-    released: bool,
-    fencing_token: Option<String>,
-    holder: Option<Holder>,
-}
-
-#[derive(Deserialize)]
-struct Swept {
-    deleted: usize,
-    fencing_floor: String,
-}
-
 /// The admin operations run by the server (`POST /v1/locks/{name}/force-release`,
 /// `POST /v1/sweep`, `GET /v1/storage`); they need a token with the `admin` grant.
 #[async_trait]
@@ -734,15 +671,15 @@ impl DelegatedAdmin for RemoteStorage {
         key: &str,
         expected: Option<u64>,
     ) -> Result<Option<LockRecord>, StorageError> {
-        let mut body = serde_json::json!({});
-        if let Some(f) = expected {
-            body["expected_fencing_token"] = f.to_string().into();
-        }
+        let body = ForceReleaseBody {
+            expected_fencing_token: expected,
+            reason: None,
+        };
         let ended: ForceReleased = self
             .call(
                 Method::POST,
                 &Self::lock_path(key, "/force-release"),
-                Some(body),
+                Some(&body),
                 REQUEST_TIMEOUT,
             )
             .await
@@ -751,9 +688,8 @@ impl DelegatedAdmin for RemoteStorage {
             return Ok(None);
         }
         let now = now_ts();
-        let fencing = match &ended.fencing_token {
-            Some(t) => fencing(key, t)?,
-            None => return Err(corrupt(key, "a force-release without a fencing token")),
+        let Some(fencing) = ended.fencing_token else {
+            return Err(corrupt(key, "a force-release without a fencing token"));
         };
         Ok(Some(LockRecord {
             owner: OwnerId::NOBODY, // the server never shows owners
@@ -768,17 +704,17 @@ impl DelegatedAdmin for RemoteStorage {
     }
 
     async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError> {
-        let body = serde_json::json!({
-            "prefix": prefix,
-            "older_than_ms": u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX),
-        });
+        let body = SweepBody {
+            prefix: prefix.to_owned(),
+            older_than_ms: millis(older_than),
+        };
         let swept: Swept = self
-            .call(Method::POST, "/v1/sweep", Some(body), SWEEP_TIMEOUT)
+            .call(Method::POST, "/v1/sweep", Some(&body), SWEEP_TIMEOUT)
             .await
             .map_err(|f| self.fail(f, "sweep"))?;
         Ok(SweepReport {
             deleted: swept.deleted,
-            floor: fencing("fencing floor", &swept.fencing_floor)?,
+            floor: swept.fencing_floor,
         })
     }
 

@@ -326,6 +326,7 @@ impl Storage for MemoryStorage {
                 record.expires_at = release.expires_at;
                 outcome = ReleaseOutcome::Released {
                     remaining: release.count,
+                    fencing: record.fencing,
                 };
                 true
             } else {

@@ -703,7 +703,7 @@ impl Storage for RedisStorage {
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
-        let left: i64 = self
+        let (left, fencing): (i64, String) = self
             .scripts
             .release
             .key(self.redis_key(key))
@@ -715,7 +715,13 @@ impl Storage for RedisStorage {
             .await
             .map_err(err("release"))?;
         Ok(match u32::try_from(left) {
-            Ok(remaining) => ReleaseOutcome::Released { remaining },
+            Ok(remaining) => ReleaseOutcome::Released {
+                remaining,
+                fencing: fencing.parse().map_err(|_| StorageError::Corrupt {
+                    key: key.to_owned(),
+                    reason: "the fencing token is not a u64".to_owned(),
+                })?,
+            },
             Err(_) => ReleaseOutcome::NotHeld,
         })
     }

@@ -139,15 +139,16 @@ return out"
     )
 }
 
-/// KEYS[1]; ARGV = version, owner, channel, key. Returns the levels left, or -1 if not held by
-/// the owner. When the lock becomes free and a busy acquisition marked the record (`w`), it
+/// KEYS[1]; ARGV = version, owner, channel, key. Returns `{levels left, fencing token}` (the
+/// token as stored, a string: no trip through a double), or `{-1, '0'}` if not held by the
+/// owner. When the lock becomes free and a busy acquisition marked the record (`w`), it
 /// publishes the key on the channel and clears the mark; an unmarked release publishes nothing
 /// (nobody waits for it: a waiter arms its subscription *before* the attempt that marks).
 pub(crate) fn release() -> String {
     format!(
         "{PRELUDE}
-local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'e', 'w')
-if r[1] ~= ARGV[2] or tonumber(r[2] or '0') <= 0 then return -1 end
+local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'e', 'w', 'f')
+if r[1] ~= ARGV[2] or tonumber(r[2] or '0') <= 0 then return {{-1, '0'}} end
 local c = tonumber(r[2]) - 1
 if c == 0 then
   local now, e = now_ms(), tonumber(r[3])
@@ -160,6 +161,6 @@ if c == 0 then
 else
   redis.call('HSET', KEYS[1], 'v', ARGV[1], 'c', c)
 end
-return c"
+return {{c, r[5] or '0'}}"
     )
 }

@@ -1,48 +1,23 @@
-//! The server's one error: what went wrong ([`ErrorKind`], whatever the transport) with its
-//! stable code and message ([`ErrorBody`]). Each transport maps the kind once: HTTP statuses
-//! here ([`ErrorKind::http_status`]), gRPC codes in `grpc`.
+//! The server's one error: what went wrong ([`ErrorKind`], whatever the transport), a stable
+//! code and a message, and for `busy` and `lost` the typed detail a caller acts on.
+//!
+//! [`crate::service::LockService`] answers with it; each transport maps it once: HTTP here
+//! ([`ErrorKind::http_status`] and the JSON [`ErrorBody`]), gRPC in `grpc` (a status code, or
+//! a session event for a busy acquire).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use storage_lock_core::{HoldGone, LockError};
-use utoipa::ToSchema;
-
-use crate::wire::Holder;
-
-/// The body of every non-2xx response: a stable machine code and a message for people.
-///
-/// Codes: `invalid_body`, `unsupported_media_type`, `body_too_large`, `invalid_name`,
-/// `invalid_owner`, `invalid_options`, `lease_out_of_range`, `invalid_query`, `unauthorized`,
-/// `forbidden`, `not_found`, `method_not_allowed`, `busy` (409), `lost` (410),
-/// `unavailable` (503: the storage cannot be reached; retry), `internal` (500).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// Stable machine-readable code.
-    #[schema(example = "busy")]
-    pub error: String,
-    /// What happened, for people.
-    pub message: String,
-    /// For `lost`: why the hold is gone (`released`, `expired`, `force_released`,
-    /// `taken_over`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// For `busy`: who holds the lock.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub holder: Option<Holder>,
-    /// For `busy`: how long the current hold lasts unless renewed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expires_in_ms: Option<u64>,
-}
+use storage_lock_core::{HoldGone, HolderInfo, LockError};
+use storage_lock_wire::{ErrorBody, Holder};
 
 /// What went wrong, whatever the transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// Malformed or invalid input; nothing changed.
     BadInput,
     /// The request body is over the size limit.
@@ -72,7 +47,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// The HTTP status of this kind.
-    pub fn http_status(self) -> StatusCode {
+    pub(crate) fn http_status(self) -> StatusCode {
         match self {
             Self::BadInput => StatusCode::BAD_REQUEST,
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -90,80 +65,109 @@ impl ErrorKind {
     }
 }
 
-/// A failed request: its [`ErrorKind`] plus [`ErrorBody`].
-#[derive(Debug)]
-pub struct ApiError {
-    kind: ErrorKind,
-    body: Box<ErrorBody>,
-    retry_after: Option<Duration>,
+/// Who holds a busy lock and for how long (unless renewed).
+#[derive(Debug, Clone)]
+pub(crate) struct BusyDetail {
+    pub(crate) holder: Option<Arc<HolderInfo>>,
+    pub(crate) left: Duration,
 }
 
-impl ApiError {
+/// A failed operation: its [`ErrorKind`], stable code, message and typed detail.
+#[derive(Debug)]
+pub(crate) struct ServiceError {
+    kind: ErrorKind,
+    code: &'static str,
+    message: String,
+    busy: Option<Box<BusyDetail>>,
+    lost: Option<HoldGone>,
+}
+
+impl ServiceError {
     /// An error of this kind, code and message.
-    pub fn new(kind: ErrorKind, code: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             kind,
-            body: Box::new(ErrorBody {
-                error: code.to_owned(),
-                message: message.into(),
-                reason: None,
-                holder: None,
-                expires_in_ms: None,
-            }),
-            retry_after: None,
+            code,
+            message: message.into(),
+            busy: None,
+            lost: None,
         }
     }
 
-    /// 400 with `code`.
-    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
+    /// Bad input (`code`): nothing changed.
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::BadInput, code, message)
     }
 
-    /// 409 `busy`: another owner holds the lock for `left` more (unless renewed).
-    pub fn busy(name: &str, holder: Option<Holder>, left: Option<Duration>) -> Self {
+    /// `busy`: another owner holds the lock for `left` more (unless renewed).
+    pub(crate) fn busy(name: &str, holder: Option<Arc<HolderInfo>>, left: Duration) -> Self {
         let mut e = Self::new(
             ErrorKind::Busy,
             "busy",
             format!("lock {name:?} is held by another owner"),
         );
-        e.body.holder = holder;
-        e.body.expires_in_ms = left.map(crate::wire::millis);
-        // Retry-After is in whole seconds: round up, at least 1.
-        e.retry_after = Some(left.unwrap_or(Duration::from_secs(1)));
+        e.busy = Some(Box::new(BusyDetail { holder, left }));
         e
     }
 
-    /// 410 `lost`, with why.
-    pub fn lost(name: &str, why: HoldGone) -> Self {
+    /// `lost`, with why.
+    pub(crate) fn lost(name: &str, why: HoldGone) -> Self {
         let mut e = Self::new(
             ErrorKind::Lost,
             "lost",
             format!("this owner does not hold lock {name:?} ({})", why.code()),
         );
-        e.body.reason = Some(why.code().to_owned());
+        e.lost = Some(why);
         e
     }
 
     /// What went wrong.
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         self.kind
     }
 
-    /// The HTTP status.
-    pub fn status(&self) -> StatusCode {
-        self.kind.http_status()
+    /// The stable machine code (`busy`, `lost`, `invalid_owner`, …).
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
     }
 
-    /// The body.
-    pub fn body(&self) -> &ErrorBody {
-        &self.body
+    /// The message for people.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// For `busy`: who holds the lock and for how long.
+    pub(crate) fn busy_detail(&self) -> Option<&BusyDetail> {
+        self.busy.as_deref()
+    }
+
+    /// For `lost`: why the hold is gone.
+    pub(crate) fn lost_reason(&self) -> Option<HoldGone> {
+        self.lost
+    }
+
+    /// The JSON body of this error.
+    pub(crate) fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: self.code.to_owned(),
+            message: self.message.clone(),
+            reason: self.lost.map(|why| why.code().to_owned()),
+            holder: self
+                .busy
+                .as_ref()
+                .and_then(|b| b.holder.as_deref())
+                .map(Holder::from),
+            expires_in_ms: self.busy.as_ref().map(|b| crate::api::millis(b.left)),
+        }
     }
 }
 
-impl IntoResponse for ApiError {
+impl IntoResponse for ServiceError {
     fn into_response(self) -> Response {
-        let mut res = (self.kind.http_status(), Json(*self.body)).into_response();
-        if let Some(after) = self.retry_after {
+        let mut res = (self.kind.http_status(), Json(self.body())).into_response();
+        if let Some(busy) = &self.busy {
+            // Retry-After is in whole seconds: round up, at least 1.
+            let after = busy.left;
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
             if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
                 res.headers_mut().insert(header::RETRY_AFTER, v);
@@ -173,7 +177,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<LockError> for ApiError {
+impl From<LockError> for ServiceError {
     fn from(e: LockError) -> Self {
         let msg = e.to_string();
         match e {
@@ -193,7 +197,13 @@ impl From<LockError> for ApiError {
     }
 }
 
-impl From<JsonRejection> for ApiError {
+impl From<storage_lock_core::StorageError> for ServiceError {
+    fn from(e: storage_lock_core::StorageError) -> Self {
+        LockError::from(e).into()
+    }
+}
+
+impl From<JsonRejection> for ServiceError {
     fn from(r: JsonRejection) -> Self {
         // Syntax and shape errors alike are 400 `invalid_body`.
         let (kind, code) = match r.status() {
@@ -207,13 +217,13 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
-impl From<PathRejection> for ApiError {
+impl From<PathRejection> for ServiceError {
     fn from(r: PathRejection) -> Self {
         Self::bad_request("invalid_name", r.body_text())
     }
 }
 
-impl From<QueryRejection> for ApiError {
+impl From<QueryRejection> for ServiceError {
     fn from(r: QueryRejection) -> Self {
         Self::bad_request("invalid_query", r.body_text())
     }

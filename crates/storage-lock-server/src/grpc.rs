@@ -28,19 +28,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use storage_lock_core::OwnerId;
+use storage_lock_core::{HolderInfo, OwnerId};
 use storage_lock_proto::v1 as pb;
-use storage_lock_proto::v1::lock_service_server::LockService;
+use storage_lock_proto::v1::lock_service_server::LockService as GrpcService;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::api::{
-    AcquireBody, AppState, Caller, ForceReleaseBody, GetQuery, Holder, ListQuery, LockInfo,
-    ReleaseBody, RenewBody, WhileState,
-};
-use crate::error::{ApiError, ErrorKind};
+use crate::api::{millis, rfc3339};
+use crate::error::{ErrorKind, ServiceError};
+use crate::service::{self, Caller, LockService, LockView};
 
 /// How long the first message (`Open`) may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,11 +46,11 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 const MIN_TTL_MS: u64 = 100;
 
 pub(crate) struct Grpc {
-    pub(crate) st: Arc<AppState>,
+    pub(crate) svc: Arc<LockService>,
 }
 
-impl From<ApiError> for Status {
-    fn from(e: ApiError) -> Self {
+impl From<ServiceError> for Status {
+    fn from(e: ServiceError) -> Self {
         // The one mapping of error kinds to gRPC codes (HTTP's is `ErrorKind::http_status`).
         let code = match e.kind() {
             ErrorKind::Busy => tonic::Code::Aborted,
@@ -65,50 +63,47 @@ impl From<ApiError> for Status {
             ErrorKind::BadInput | ErrorKind::TooLarge | ErrorKind::UnsupportedMedia => {
                 tonic::Code::InvalidArgument
             }
-            _ => tonic::Code::Internal,
+            ErrorKind::Internal => tonic::Code::Internal,
         };
-        let body = e.body();
-        let message = match &body.reason {
-            Some(reason) => format!("{}: {reason}", body.error),
-            None => body.message.clone(),
+        let message = match e.lost_reason() {
+            Some(why) => format!("{}: {}", e.code(), why.code()),
+            None => e.message().to_owned(),
         };
         let mut status = Status::new(code, message);
-        if let Ok(v) = body.error.parse() {
-            status.metadata_mut().insert("x-error-code", v);
-        }
+        status.metadata_mut().insert(
+            "x-error-code",
+            tonic::metadata::MetadataValue::from_static(e.code()),
+        );
         status
     }
 }
 
-fn holder_in(h: pb::Holder) -> Holder {
-    Holder {
+fn holder_in(h: pb::Holder) -> HolderInfo {
+    HolderInfo {
         host: h.host,
         pid: h.pid,
         note: h.note,
     }
 }
 
-fn holder_out(h: Holder) -> pb::Holder {
+fn holder_out(h: &HolderInfo) -> pb::Holder {
     pb::Holder {
-        host: h.host,
+        host: h.host.clone(),
         pid: h.pid,
-        note: h.note,
+        note: h.note.clone(),
     }
 }
 
-fn info_out(i: LockInfo) -> pb::LockInfo {
+fn info_out(v: LockView) -> pb::LockInfo {
     pb::LockInfo {
-        name: i.name,
-        state: serde_json::to_value(i.state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
-        fencing_token: i.fencing_token,
-        holder: i.holder.map(holder_out),
-        acquired_at: i.acquired_at,
-        expires_at: i.expires_at,
-        expires_in_ms: i.expires_in_ms,
-        revision: i.revision,
+        name: v.name,
+        state: v.state.as_str().to_owned(),
+        fencing_token: v.fencing,
+        holder: v.holder.as_deref().map(holder_out),
+        acquired_at: v.acquired_at.map(rfc3339),
+        expires_at: v.expires_at.map(rfc3339),
+        expires_in_ms: v.expires_in.map(millis),
+        revision: v.revision,
     }
 }
 
@@ -123,49 +118,52 @@ impl Grpc {
             .get::<axum::extract::ConnectInfo<crate::api::Peer>>()
             .map(|c| c.0.0.ip())
             .or_else(|| req.remote_addr().map(|a| a.ip()));
-        Ok(Caller::from_authorization(&self.st, value)?.connected_from(peer))
+        Ok(Caller::from_authorization(&self.svc, value)?.connected_from(peer))
     }
 }
 
 #[tonic::async_trait]
-impl LockService for Grpc {
+impl GrpcService for Grpc {
     async fn acquire(
         &self,
         req: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::Hold>, Status> {
         let caller = self.caller(&req)?;
         let r = req.into_inner();
-        let body = AcquireBody {
-            lease_ms: r.lease_ms,
-            wait_ms: r.wait_ms,
-            owner: (!r.owner.is_empty()).then_some(r.owner),
+        let owner = (!r.owner.is_empty())
+            .then(|| service::parse_owner(&r.owner))
+            .transpose()?;
+        let a = service::Acquire {
+            lease: Duration::from_millis(r.lease_ms),
+            wait: Duration::from_millis(r.wait_ms),
+            owner,
             note: r.note,
             holder: r.holder.map(holder_in),
         };
-        let h = self.st.acquire(&caller, r.name, body).await?;
+        let g = self.svc.acquire(&caller, &r.name, a).await?;
         Ok(Response::new(pb::Hold {
-            name: h.name,
-            owner: h.owner,
-            fencing_token: h.fencing_token,
-            lease_ms: h.lease_ms,
-            expires_in_ms: h.expires_in_ms,
-            expires_at: h.expires_at,
+            name: r.name,
+            owner: g.owner.to_string(),
+            fencing_token: g.fencing,
+            lease_ms: millis(g.lease),
+            expires_in_ms: millis(g.expires_in),
+            expires_at: rfc3339(g.expires_at),
         }))
     }
 
     async fn renew(&self, req: Request<pb::RenewRequest>) -> Result<Response<pb::Renewed>, Status> {
         let caller = self.caller(&req)?;
         let r = req.into_inner();
-        let body = RenewBody {
-            owner: r.owner,
-            lease_ms: r.lease_ms,
-        };
-        let h = self.st.renew(&caller, r.name, body).await?;
+        let owner = service::parse_owner(&r.owner)?;
+        let done = self
+            .svc
+            .renew(&caller, &r.name, owner, Duration::from_millis(r.lease_ms))
+            .await?;
         Ok(Response::new(pb::Renewed {
-            name: h.name,
-            lease_ms: h.lease_ms,
-            expires_in_ms: h.expires_in_ms,
-            expires_at: h.expires_at,
+            name: r.name,
+            lease_ms: millis(done.lease),
+            expires_in_ms: millis(done.lease),
+            expires_at: rfc3339(done.expires_at),
         }))
     }
 
@@ -175,12 +173,11 @@ impl LockService for Grpc {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let caller = self.caller(&req)?;
         let r = req.into_inner();
-        let done = self
-            .st
-            .release(&caller, r.name, ReleaseBody { owner: r.owner })
-            .await?;
+        let owner = service::parse_owner(&r.owner)?;
+        let fencing_token = self.svc.release(&caller, &r.name, owner).await?;
         Ok(Response::new(pb::ReleaseResponse {
-            released: done.released,
+            released: fencing_token.is_some(),
+            fencing_token,
         }))
     }
 
@@ -190,39 +187,46 @@ impl LockService for Grpc {
     ) -> Result<Response<pb::ForceReleaseResponse>, Status> {
         let caller = self.caller(&req)?;
         let r = req.into_inner();
-        let body = ForceReleaseBody {
-            expected_fencing_token: r.expected_fencing_token,
+        let f = service::ForceRelease {
+            expected: r.expected_fencing_token,
             reason: r.reason,
         };
-        let done = self.st.force_release(&caller, r.name, body).await?;
+        let ended = self.svc.force_release(&caller, &r.name, f).await?;
         Ok(Response::new(pb::ForceReleaseResponse {
-            released: done.released,
-            fencing_token: done.fencing_token,
-            holder: done.holder.map(holder_out),
+            released: ended.is_some(),
+            fencing_token: ended.as_ref().map(|e| e.fencing),
+            holder: ended
+                .as_ref()
+                .and_then(|e| e.holder.as_deref())
+                .map(holder_out),
         }))
     }
 
     async fn get(&self, req: Request<pb::GetRequest>) -> Result<Response<pb::LockInfo>, Status> {
         let caller = self.caller(&req)?;
         let r = req.into_inner();
-        let q = GetQuery {
-            wait_ms: Some(r.wait_ms),
-            while_: r.while_held.then_some(WhileState::Held),
+        let read = service::Read {
+            wait: Duration::from_millis(r.wait_ms),
+            while_held: r.while_held,
         };
         Ok(Response::new(info_out(
-            self.st.get(&caller, r.name, q).await?,
+            self.svc.get(&caller, &r.name, read).await?,
         )))
     }
 
     async fn list(&self, req: Request<pb::ListRequest>) -> Result<Response<pb::LockList>, Status> {
         let caller = self.caller(&req)?;
         let r = req.into_inner();
-        let q = ListQuery {
-            prefix: Some(r.prefix),
+        let list = service::List {
+            prefix: r.prefix,
             cursor: r.cursor,
-            limit: Some(if r.limit == 0 { 100 } else { r.limit as usize }),
+            limit: Some(if r.limit == 0 {
+                storage_lock_wire::DEFAULT_PAGE
+            } else {
+                usize::try_from(r.limit).unwrap_or(usize::MAX)
+            }),
         };
-        let page = self.st.list(&caller, q).await?;
+        let page = self.svc.list(&caller, list).await?;
         Ok(Response::new(pb::LockList {
             locks: page.locks.into_iter().map(info_out).collect(),
             next_cursor: page.next_cursor,
@@ -238,7 +242,7 @@ impl LockService for Grpc {
         let caller = self.caller(&req)?;
         let inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(Session::run(self.st.clone(), caller, inbound, tx));
+        tokio::spawn(Session::run(self.svc.clone(), caller, inbound, tx));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -253,16 +257,16 @@ const MAX_ACQUIRING: usize = 64;
 /// One hold of the session: each acquire has an owner of its own, so a second acquire of a
 /// name the session holds waits like anyone else's (not reentrant) and gets its own token.
 struct Held {
-    owner: String,
+    owner: OwnerId,
     fencing: u64,
 }
 
 /// One session's state, owned by its task.
 struct Session {
-    st: Arc<AppState>,
+    svc: Arc<LockService>,
     caller: Caller,
-    ttl_ms: u64,
-    holder: Option<Holder>,
+    ttl: Duration,
+    holder: Option<HolderInfo>,
     held: HashMap<String, Held>,
     out: Events,
     /// When the last renewal round that confirmed every held lock *started*: a pong is sent only
@@ -275,16 +279,12 @@ struct Session {
 struct Finished {
     request_id: u64,
     name: String,
-    owner: String,
-    result: Result<(u64, u64), ApiError>,
+    owner: OwnerId,
+    result: Result<service::Granted, ServiceError>,
 }
 
 fn event(kind: pb::session_event::Kind) -> Result<pb::SessionEvent, Status> {
     Ok(pb::SessionEvent { kind: Some(kind) })
-}
-
-fn new_owner() -> String {
-    format!("{:032x}", OwnerId::random().as_u128())
 }
 
 /// Why a session ended, which decides what happens to its locks.
@@ -323,7 +323,7 @@ impl Drop for OpenSession {
 
 impl Session {
     async fn run(
-        st: Arc<AppState>,
+        svc: Arc<LockService>,
         caller: Caller,
         mut inbound: tonic::Streaming<pb::SessionRequest>,
         out: Events,
@@ -352,9 +352,9 @@ impl Session {
         }
         let ttl = Duration::from_millis(open.ttl_ms);
         let mut s = Session {
-            st,
+            svc,
             caller,
-            ttl_ms: open.ttl_ms,
+            ttl,
             holder: open.holder.map(holder_in),
             held: HashMap::new(),
             out,
@@ -374,7 +374,7 @@ impl Session {
         let mut tick = tokio::time::interval(ttl / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await; // the first tick is immediate
-        let shutdown = s.st.shutdown.clone();
+        let shutdown = s.svc.shutdown.clone();
         let end = loop {
             tokio::select! {
                 msg = inbound.message() => match msg {
@@ -390,20 +390,17 @@ impl Session {
                             s.error(a.request_id, "invalid_options", "too many acquires waiting in this session").await;
                         }
                         Kind::Acquire(a) => {
-                            let owner = new_owner();
-                            let body = AcquireBody {
-                                lease_ms: s.ttl_ms,
-                                wait_ms: a.wait_ms,
-                                owner: Some(owner.clone()),
+                            let owner = OwnerId::random();
+                            let req = service::Acquire {
+                                lease: s.ttl,
+                                wait: Duration::from_millis(a.wait_ms),
+                                owner: Some(owner),
                                 note: a.note,
                                 holder: s.holder.clone(),
                             };
-                            let (st, caller, done) = (s.st.clone(), s.caller.clone(), done_tx.clone());
+                            let (svc, caller, done) = (s.svc.clone(), s.caller.clone(), done_tx.clone());
                             acquiring.spawn(async move {
-                                let result = st
-                                    .acquire(&caller, a.name.clone(), body)
-                                    .await
-                                    .map(|h| (h.fencing_token, h.expires_in_ms));
+                                let result = svc.acquire(&caller, &a.name, req).await;
                                 let _ = done.send(Finished { request_id: a.request_id, name: a.name, owner, result });
                             });
                         }
@@ -432,12 +429,12 @@ impl Session {
         acquiring.shutdown().await;
         done_rx.close();
         while let Ok(done) = done_rx.try_recv() {
-            if let Ok((fencing, _)) = done.result {
+            if let Ok(g) = done.result {
                 s.held.insert(
                     done.name,
                     Held {
                         owner: done.owner,
-                        fencing,
+                        fencing: g.fencing,
                     },
                 );
             }
@@ -461,11 +458,8 @@ impl Session {
             End::Closed | End::Silent => {}
         }
         for (name, h) in std::mem::take(&mut s.held) {
-            if let Err(e) =
-                s.st.release(&s.caller, name, ReleaseBody { owner: h.owner })
-                    .await
-            {
-                tracing::warn!(error = ?e, "release at the end of a session failed");
+            if let Err(e) = s.svc.release(&s.caller, &name, h.owner).await {
+                tracing::warn!(error = %e.message(), "release at the end of a session failed");
             }
         }
     }
@@ -486,38 +480,34 @@ impl Session {
     async fn finished(&mut self, done: Finished) {
         use pb::session_event::Kind;
         let kind = match done.result {
-            Ok((fencing, expires_in_ms)) => {
+            Ok(g) => {
                 self.held.insert(
                     done.name.clone(),
                     Held {
                         owner: done.owner,
-                        fencing,
+                        fencing: g.fencing,
                     },
                 );
                 Kind::Acquired(pb::Acquired {
                     request_id: done.request_id,
                     name: done.name,
-                    fencing_token: fencing,
-                    expires_in_ms,
+                    fencing_token: g.fencing,
+                    expires_in_ms: millis(g.expires_in),
                 })
             }
-            Err(e) if e.kind() == ErrorKind::Busy => {
-                let body = e.body();
-                Kind::Busy(pb::Busy {
+            Err(e) => match e.busy_detail() {
+                Some(busy) => Kind::Busy(pb::Busy {
                     request_id: done.request_id,
                     name: done.name,
-                    holder: body.holder.clone().map(holder_out),
-                    expires_in_ms: body.expires_in_ms,
-                })
-            }
-            Err(e) => {
-                let body = e.body();
-                Kind::Error(pb::Error {
+                    holder: busy.holder.as_deref().map(holder_out),
+                    expires_in_ms: Some(millis(busy.left)),
+                }),
+                None => Kind::Error(pb::Error {
                     request_id: done.request_id,
-                    code: body.error.clone(),
-                    message: body.message.clone(),
-                })
-            }
+                    code: e.code().to_owned(),
+                    message: e.message().to_owned(),
+                }),
+            },
         };
         self.send(kind).await;
     }
@@ -525,23 +515,20 @@ impl Session {
     async fn release(&mut self, r: pb::SessionRelease) {
         use pb::session_event::Kind;
         let released = match self.held.remove(&r.name) {
-            Some(h) => {
-                let body = ReleaseBody { owner: h.owner };
-                match self.st.release(&self.caller, r.name.clone(), body).await {
-                    Ok(done) => done.released,
-                    Err(e) => {
-                        let body = e.body();
-                        self.error(r.request_id, &body.error, &body.message).await;
-                        return;
-                    }
+            Some(h) => match self.svc.release(&self.caller, &r.name, h.owner).await {
+                Ok(fencing) => fencing,
+                Err(e) => {
+                    self.error(r.request_id, e.code(), e.message()).await;
+                    return;
                 }
-            }
-            None => false,
+            },
+            None => None,
         };
         self.send(Kind::Released(pb::Released {
             request_id: r.request_id,
             name: r.name,
-            released,
+            released: released.is_some(),
+            fencing_token: released,
         }))
         .await;
     }
@@ -550,23 +537,18 @@ impl Session {
     /// `Lost` at once.
     async fn renew_all(&mut self) {
         let started = tokio::time::Instant::now();
-        let names: Vec<(String, String, u64)> = self
+        let names: Vec<(String, OwnerId, u64)> = self
             .held
             .iter()
-            .map(|(n, h)| (n.clone(), h.owner.clone(), h.fencing))
+            .map(|(n, h)| (n.clone(), h.owner, h.fencing))
             .collect();
         for (name, owner, fencing) in names {
-            let body = RenewBody {
-                owner,
-                lease_ms: self.ttl_ms,
-            };
-            let reason = match self.st.renew(&self.caller, name.clone(), body).await {
+            let reason = match self.svc.renew(&self.caller, &name, owner, self.ttl).await {
                 Ok(_) => continue,
                 Err(e) => e
-                    .body()
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| "unconfirmed".to_owned()),
+                    .lost_reason()
+                    .map_or("unconfirmed", storage_lock_core::HoldGone::code)
+                    .to_owned(),
             };
             self.held.remove(&name);
             self.send(pb::session_event::Kind::Lost(pb::Lost {

@@ -71,9 +71,9 @@ mod error;
 mod grpc;
 mod observe;
 mod recorder;
+mod service;
 pub mod tls;
 mod ui;
-mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -87,10 +87,11 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use api::{MAX_LEASE_MS, MAX_WAIT_MS};
 pub use auth::{Auth, AuthFileError, AuthHandle, Permission, hash_token};
-pub use error::{ApiError, ErrorBody, ErrorKind};
 pub use observe::{COUNT_HELD_EVERY, COUNT_HELD_UP_TO, install_prometheus};
+/// The JSON types of the HTTP API (the `storage-lock-wire` crate).
+pub use storage_lock_wire as wire;
+pub use storage_lock_wire::{MAX_LEASE_MS, MAX_WAIT_MS};
 pub use tls::{TlsConfig, TlsError};
 
 /// The largest request body: 64 KiB (larger ones get `413 body_too_large`).
@@ -106,7 +107,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
         (name = "locks", description = "Acquire, renew, release and read locks"),
         (name = "admin", description = "Operator actions"),
     ),
-    components(schemas(api::WhileState)),
+    components(schemas(storage_lock_wire::WhileState)),
     modifiers(&BearerAuth),
     security(("bearer" = []), ()),
 )]
@@ -203,7 +204,7 @@ impl Server {
         Self::api_router().split_for_parts().1
     }
 
-    fn api_router() -> OpenApiRouter<Arc<api::AppState>> {
+    fn api_router() -> OpenApiRouter<Arc<service::LockService>> {
         OpenApiRouter::with_openapi(ApiDoc::openapi())
             .routes(routes!(api::acquire))
             .routes(routes!(api::renew))
@@ -221,21 +222,21 @@ impl Server {
         let (api, doc) = Self::api_router().split_for_parts();
         let doc = Arc::new(doc);
         let metrics = self.metrics;
-        let state = Arc::new(api::AppState {
+        let state = Arc::new(service::LockService {
             locks: self.locks,
             auth: self.auth,
             shutdown: self.shutdown,
-            ui: Arc::new(recorder::Recorder::default()),
+            recorder: Arc::new(recorder::Recorder::default()),
             held_counted: std::sync::Mutex::new(None),
         });
         // History starts with the server, not with the first visit to the page (outside a
         // runtime, at the first request that needs it).
         if tokio::runtime::Handle::try_current().is_ok() {
-            state.ui.start(&state.locks);
+            state.recorder.start(&state.locks);
         }
         let grpc =
             storage_lock_proto::v1::lock_service_server::LockServiceServer::new(grpc::Grpc {
-                st: state.clone(),
+                svc: state.clone(),
             })
             .max_decoding_message_size(MAX_BODY_BYTES);
         let http = api
@@ -249,7 +250,9 @@ impl Server {
             .route(
                 "/metrics",
                 get(
-                    move |axum::extract::State(st): axum::extract::State<Arc<api::AppState>>| {
+                    move |axum::extract::State(st): axum::extract::State<
+                        Arc<service::LockService>,
+                    >| {
                         let m = metrics.clone();
                         async move {
                             match m {

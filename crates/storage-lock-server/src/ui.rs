@@ -37,10 +37,11 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Deserialize;
 use storage_lock_core::{LockEventKind, StorageExt};
 
-use crate::api::{
-    AppState, Caller, ForceReleaseBody, GetQuery, ListQuery, LockInfo, LockState, Shared,
-};
+use storage_lock_wire::{LockState, MAX_NOTE_BYTES, MAX_PAGE};
+
+use crate::api::{Shared, rfc3339};
 use crate::auth::Permission;
+use crate::service::{self, Caller, LockService, LockView};
 
 const COOKIE: &str = "sl_session";
 /// How often `/ui/events` sends a snapshot.
@@ -91,12 +92,14 @@ impl Viewer {
 
     /// The viewer; `None` when the server has auth and the cookie is missing or no longer
     /// valid (pages then send the sign-in page).
-    fn of(st: &AppState, headers: &HeaderMap) -> Option<Self> {
+    fn of(st: &LockService, headers: &HeaderMap) -> Option<Self> {
         let session = cookie_token(headers);
-        let token = session.as_deref().and_then(|id| st.ui.session_token(id));
+        let token = session
+            .as_deref()
+            .and_then(|id| st.recorder.session_token(id));
         let value = token.as_ref().map(|t| format!("Bearer {t}"));
         let caller = Caller::from_authorization(st, value.as_deref()).ok()?;
-        let csrf = st.ui.csrf(session.as_deref().unwrap_or("anonymous"));
+        let csrf = st.recorder.csrf(session.as_deref().unwrap_or("anonymous"));
         Some(Self {
             caller,
             auth: st.auth.is_some(),
@@ -105,7 +108,7 @@ impl Viewer {
     }
 }
 
-pub(crate) fn routes() -> Router<Arc<AppState>> {
+pub(crate) fn routes() -> Router<Arc<LockService>> {
     Router::new()
         .route("/ui", get(locks_page))
         .route("/ui/", get(|| async { Redirect::to("/ui") }))
@@ -262,12 +265,11 @@ struct Snapshot {
 
 /// The span "expiring" is measured against: from the last grant or renewal this server saw
 /// (about one lease), else from the acquisition (exact for a hold never renewed).
-fn span_ms(st: &AppState, key: &str, l: &LockInfo) -> u64 {
-    let parse = |s: &Option<String>| s.as_deref().and_then(|s| humantime::parse_rfc3339(s).ok());
-    let Some(expires) = parse(&l.expires_at) else {
+fn span_ms(st: &LockService, key: &str, l: &LockView) -> u64 {
+    let Some(expires) = l.expires_at else {
         return 0;
     };
-    let from = match (st.ui.last_grant(key), parse(&l.acquired_at)) {
+    let from = match (st.recorder.last_grant(key), l.acquired_at) {
         (Some(seen), Some(acquired)) => seen.max(acquired),
         (seen, acquired) => match seen.or(acquired) {
             Some(t) => t,
@@ -280,7 +282,7 @@ fn span_ms(st: &AppState, key: &str, l: &LockInfo) -> u64 {
 /// Pages of the listing the table reads at most (so at most this × 1000 records).
 const MAX_PAGES: usize = 20;
 
-async fn snapshot(st: &AppState, viewer: &Viewer, prefix: &str, by_name: bool) -> Snapshot {
+async fn snapshot(st: &LockService, viewer: &Viewer, prefix: &str, by_name: bool) -> Snapshot {
     let mut rows: Vec<Row> = Vec::new();
     let mut cursor = None;
     let mut error = None;
@@ -290,15 +292,15 @@ async fn snapshot(st: &AppState, viewer: &Viewer, prefix: &str, by_name: bool) -
             capped = true;
             break;
         }
-        let q = ListQuery {
-            prefix: Some(prefix.to_owned()),
+        let q = service::List {
+            prefix: prefix.to_owned(),
             cursor: cursor.take(),
-            limit: Some(crate::api::MAX_PAGE),
+            limit: Some(MAX_PAGE),
         };
         let list = match st.list(&viewer.caller, q).await {
             Ok(list) => list,
             Err(e) => {
-                error = Some(e.body().message.clone());
+                error = Some(e.message().to_owned());
                 break;
             }
         };
@@ -324,9 +326,9 @@ async fn snapshot(st: &AppState, viewer: &Viewer, prefix: &str, by_name: bool) -
                             .as_ref()
                             .and_then(|h| h.note.clone())
                             .unwrap_or_default(),
-                        token: l.fencing_token.map(|t| t.to_string()).unwrap_or_default(),
-                        acquired_at: l.acquired_at.clone().unwrap_or_default(),
-                        left_ms: l.expires_in_ms.unwrap_or(0),
+                        token: l.fencing.map(|t| t.to_string()).unwrap_or_default(),
+                        acquired_at: l.acquired_at.map(rfc3339).unwrap_or_default(),
+                        left_ms: l.expires_in.map(crate::api::millis).unwrap_or(0),
                         span_ms: span_ms(st, &key, &l),
                         name: l.name,
                     }
@@ -346,7 +348,7 @@ async fn snapshot(st: &AppState, viewer: &Viewer, prefix: &str, by_name: bool) -
     // Only events of locks this viewer may read.
     let readable = |key: &str| viewer.caller.may(st, key, Permission::Read);
     let count = |secs: u64, kinds: &[LockEventKind]| {
-        st.ui
+        st.recorder
             .count_since(now - Duration::from_secs(secs), kinds, readable)
     };
     Snapshot {
@@ -439,7 +441,7 @@ async fn locks_page(
     headers: HeaderMap,
     Query(q): Query<LocksQuery>,
 ) -> Response {
-    st.ui.start(&st.locks);
+    st.recorder.start(&st.locks);
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return Redirect::to("/ui/login").into_response();
     };
@@ -498,7 +500,7 @@ async fn locks_page(
 
 /// `/ui/events`: a snapshot of the locks table every 500 ms, as `event: locks`.
 async fn events(State(st): Shared, headers: HeaderMap, Query(q): Query<LocksQuery>) -> Response {
-    st.ui.start(&st.locks);
+    st.recorder.start(&st.locks);
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
@@ -537,7 +539,7 @@ async fn events(State(st): Shared, headers: HeaderMap, Query(q): Query<LocksQuer
         .into_response()
 }
 
-async fn shutdown_of(st: &AppState) {
+async fn shutdown_of(st: &LockService) {
     st.shutdown.cancelled().await;
 }
 
@@ -545,14 +547,14 @@ async fn shutdown_of(st: &AppState) {
 const MAX_STREAMS: usize = 64;
 
 /// One of the [`MAX_STREAMS`] places; given back when the stream ends.
-struct StreamSlot(Arc<AppState>);
+struct StreamSlot(Arc<LockService>);
 
 impl StreamSlot {
-    fn take(st: &Arc<AppState>) -> Option<Self> {
+    fn take(st: &Arc<LockService>) -> Option<Self> {
         use std::sync::atomic::Ordering;
-        let n = st.ui.streams.fetch_add(1, Ordering::AcqRel);
+        let n = st.recorder.streams.fetch_add(1, Ordering::AcqRel);
         if n >= MAX_STREAMS {
-            st.ui.streams.fetch_sub(1, Ordering::AcqRel);
+            st.recorder.streams.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
         Some(Self(st.clone()))
@@ -562,7 +564,7 @@ impl StreamSlot {
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.0
-            .ui
+            .recorder
             .streams
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
@@ -570,7 +572,7 @@ impl Drop for StreamSlot {
 
 /// Free text from a query or form: at most 1 KiB, no control characters.
 fn plain_text(s: &str) -> bool {
-    s.len() <= crate::api::MAX_NOTE_BYTES && !s.chars().any(char::is_control)
+    s.len() <= MAX_NOTE_BYTES && !s.chars().any(char::is_control)
 }
 
 #[derive(Deserialize)]
@@ -586,19 +588,20 @@ async fn lock_page(
     Path(name): Path<String>,
     Query(flash): Query<Flash>,
 ) -> Response {
-    st.ui.start(&st.locks);
+    st.recorder.start(&st.locks);
     let Some(viewer) = Viewer::of(&st, &headers) else {
         return Redirect::to("/ui/login").into_response();
     };
     let info = match st
-        .get(&viewer.caller, name.clone(), GetQuery::default())
+        .get(&viewer.caller, &name, service::Read::default())
         .await
     {
         Ok(i) => i,
         Err(e) => {
             let body =
-                html! { div.flash.error { (e.body().message) } p { a href="/ui" { "All locks" } } };
-            return (e.status(), Html(page("Lock", &viewer, body).into_string())).into_response();
+                html! { div.flash.error { (e.message()) } p { a href="/ui" { "All locks" } } };
+            let status = e.kind().http_status();
+            return (status, Html(page("Lock", &viewer, body).into_string())).into_response();
         }
     };
     let floor = st.locks.storage().fencing_floor().await.ok();
@@ -607,9 +610,9 @@ async fn lock_page(
         .key_for(&name)
         .map(|k| k.into_owned())
         .unwrap_or_default();
-    let recent = st.ui.of(&key, 50);
+    let recent = st.recorder.of(&key, 50);
     let since = st
-        .ui
+        .recorder
         .since()
         .map(|t| humantime::format_rfc3339_seconds(t).to_string())
         .unwrap_or_default();
@@ -623,18 +626,13 @@ async fn lock_page(
         )
     };
     let admin = viewer.caller.may(&st, &name, Permission::Admin);
-    let state = match info.state {
-        LockState::Held => "held",
-        LockState::Released => "released",
-        LockState::Expired => "expired",
-        LockState::Free => "free",
-    };
+    let state = info.state.as_str();
     let holder = info
         .holder
         .as_ref()
         .map(|h| format!("{}:{}", h.host, h.pid))
         .unwrap_or_else(|| "—".into());
-    let token = info.fencing_token.map(|t| t.to_string());
+    let token = info.fencing.map(|t| t.to_string());
     let body = html! {
         p { a href="/ui" { "← All locks" } }
         @match (flash.done.as_deref(), flash.t) {
@@ -650,9 +648,9 @@ async fn lock_page(
             dt { "Fencing floor" } dd { (floor.map(|f| f.to_string()).unwrap_or_else(|| "—".into())) }
             dt { "Holder" } dd.holder { (holder) }
             dt { "Note" } dd.note { (info.holder.as_ref().and_then(|h| h.note.clone()).unwrap_or_else(|| "—".into())) }
-            dt { "Acquired at" } dd { (info.acquired_at.clone().unwrap_or_else(|| "—".into())) }
-            dt { "Expires at" } dd { (info.expires_at.clone().unwrap_or_else(|| "—".into())) }
-            dt { "Time left" } dd { (info.expires_in_ms.map(left_text).unwrap_or_else(|| "—".into())) }
+            dt { "Acquired at" } dd { (info.acquired_at.map(rfc3339).unwrap_or_else(|| "—".into())) }
+            dt { "Expires at" } dd { (info.expires_at.map(rfc3339).unwrap_or_else(|| "—".into())) }
+            dt { "Time left" } dd { (info.expires_in.map(|d| left_text(crate::api::millis(d))).unwrap_or_else(|| "—".into())) }
         }
         @if admin && info.state == LockState::Held {
             @let confirm = format!("Force-release {name} held by {holder} (fencing token {})? The holder loses the lock at its next renewal.", token.clone().unwrap_or_default());
@@ -739,7 +737,7 @@ async fn force_release(
     if f.confirmed != "yes" {
         // Without JavaScript: a confirmation page that names the holder and the token.
         let current = st
-            .get(&viewer.caller, name.clone(), GetQuery::default())
+            .get(&viewer.caller, &name, service::Read::default())
             .await
             .ok();
         let holder = current
@@ -749,7 +747,7 @@ async fn force_release(
             .unwrap_or_else(|| "unknown".into());
         let still = current
             .as_ref()
-            .is_some_and(|i| i.state == LockState::Held && i.fencing_token == Some(token));
+            .is_some_and(|i| i.state == LockState::Held && i.fencing == Some(token));
         let body = html! {
             p { a href=(back) { "← Back" } }
             h2 { "Force-release " (name) "?" }
@@ -765,24 +763,15 @@ async fn force_release(
         };
         return Html(page("Confirm", &viewer, body).into_string()).into_response();
     }
-    let body = ForceReleaseBody {
-        expected_fencing_token: Some(token),
-        reason: Some(
-            format!("web page: {}", f.reason)
-                .chars()
-                .filter(|c| !c.is_control())
-                .scan(0, |n, c| {
-                    *n += c.len_utf8();
-                    (*n <= crate::api::MAX_NOTE_BYTES).then_some(c)
-                })
-                .collect(),
-        ),
+    let r = service::ForceRelease {
+        expected: Some(token),
+        reason: Some(service::fit_note(&format!("web page: {}", f.reason))),
     };
-    let done = match st.force_release(&viewer.caller, name.clone(), body).await {
-        Ok(r) if r.released => "released",
-        Ok(_) => "ended",
+    let done = match st.force_release(&viewer.caller, &name, r).await {
+        Ok(Some(_)) => "released",
+        Ok(None) => "ended",
         Err(e) => {
-            tracing::warn!(error = %e.body().message, "force-release from the web page failed");
+            tracing::warn!(error = %e.message(), "force-release from the web page failed");
             "failed"
         }
     };
@@ -841,7 +830,7 @@ async fn login(State(st): Shared, headers: HeaderMap, Form(f): Form<LoginForm>) 
             .into_response();
     }
     let mut res = Redirect::to("/ui").into_response();
-    let id = st.ui.sign_in(token);
+    let id = st.recorder.sign_in(token);
     let cookie = format!(
         "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/ui; Max-Age={}",
         crate::recorder::SESSION_TTL.as_secs()
@@ -866,7 +855,7 @@ async fn logout(State(st): Shared, headers: HeaderMap, Form(f): Form<LogoutForm>
         return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
     }
     if let Some(id) = cookie_token(&headers) {
-        st.ui.sign_out(&id);
+        st.recorder.sign_out(&id);
     }
     let mut res = Redirect::to("/ui/login").into_response();
     res.headers_mut().insert(

@@ -103,6 +103,11 @@ async fn unary_operations_share_the_port_and_map_status_codes() {
         .unwrap()
         .into_inner();
     assert!(released.released);
+    assert_eq!(
+        released.fencing_token,
+        Some(hold.fencing_token),
+        "a release says what it released"
+    );
     let lost = c
         .renew(pb::RenewRequest {
             name: "g/1".into(),

@@ -290,10 +290,15 @@ async fn acquire_retried_with_the_same_owner_returns_the_same_hold() {
         .post("/v1/locks/jobs%2F1/release", json!({"owner": owner}))
         .await;
     assert_eq!(r["released"], true);
+    assert_eq!(
+        r["fencing_token"], h1["fencing_token"],
+        "a release says what it released: {r}"
+    );
     let (_, r) = api
         .post("/v1/locks/jobs%2F1/release", json!({"owner": owner}))
         .await;
     assert_eq!(r["released"], false, "a retried release is harmless");
+    assert!(r.get("fencing_token").is_none(), "nothing released: {r}");
     let (s3, h3) = api.acquire("jobs%2F1", json!({"lease_ms": 30_000})).await;
     assert_eq!(s3, StatusCode::OK, "{h3}");
     let t = |h: &Value| h["fencing_token"].as_str().unwrap().parse::<u64>().unwrap();

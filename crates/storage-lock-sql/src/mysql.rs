@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `renew` | 1 | `UPDATE … SET expires_at = LAST_INSERT_ID(now + lease)`: the OK packet carries the new expiry |
 //! | `renew_many` (the watchdog's batches) | 4 per batch | in one transaction, an `UPDATE … JOIN` of the batch's keys that writes one random version, then a `SELECT` of the rows: a key was renewed iff its owner's row carries that version |
-//! | `release` | 1 | `UPDATE … SET count = LAST_INSERT_ID(count - 1)`: the OK packet carries the levels left |
+//! | `release` | 1 (2 for a reentrant level that leaves the hold held) | `UPDATE … LAST_INSERT_ID(fencing << 1 \| more)`: the OK packet carries the released hold's token and whether levels are left |
 //! | `acquire_once` on MariaDB | 1 | an `INSERT … ON DUPLICATE KEY UPDATE … RETURNING` that writes this request's random version only if the key is free (or its own to re-enter) and returns the row as the statement left it: the request won iff the row carries its version, and a busy answer carries the holder |
 //! | `acquire_once` on MySQL 8 | **2** | the same upsert without `RETURNING`, then a `SELECT` of the row |
 //!
@@ -301,6 +301,8 @@ struct Statements {
     acquired: String,
     renew: String,
     release: String,
+    /// The levels of a reentrant hold left after a release that did not free it.
+    levels_left: String,
 }
 
 impl Statements {
@@ -392,9 +394,11 @@ impl Statements {
             release: format!(
                 "UPDATE {t} SET version = ?,
                     expires_at = IF(count = 1, LEAST(expires_at, {NOW}), expires_at),
-                    count = LAST_INSERT_ID(count - 1)
+                    count = count - 1 + LEAST(0, LAST_INSERT_ID(
+                        (CAST(fencing AS UNSIGNED) << 1) | IF(count > 1, 1, 0)))
                  WHERE lock_key = ? AND owner = ? AND count > 0"
             ),
+            levels_left: format!("SELECT count FROM {t} WHERE lock_key = ? AND owner = ?"),
         }
     }
 }
@@ -621,15 +625,38 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
             .bind(key)
             .bind(owner.to_bytes().to_vec())
             .execute(c.conn())
-            .await;
-        c.keep_if(&done);
-        let done = done.map_err(err("release"))?;
-        Ok(if done.rows_affected() == 1 {
-            ReleaseOutcome::Released {
-                remaining: u32::try_from(done.last_insert_id()).unwrap_or(u32::MAX),
+            .await
+            .map(|done| (done.rows_affected(), done.last_insert_id()));
+        // The OK packet's insert id carries `fencing << 1 | (levels left > 0)` (see the
+        // statement); the exact depth left of a reentrant hold costs one read.
+        let left = match done {
+            Ok((1, packed)) if packed & 1 == 1 => {
+                let left: Result<Option<i64>, _> = sqlx::query_scalar(&self.sql.levels_left)
+                    .bind(key)
+                    .bind(owner.to_bytes().to_vec())
+                    .fetch_optional(c.conn())
+                    .await;
+                Some(left)
             }
-        } else {
-            ReleaseOutcome::NotHeld
+            _ => None,
+        };
+        match &left {
+            Some(read) => c.keep_if(read),
+            None => c.keep_if(&done),
+        }
+        let (rows, packed) = done.map_err(err("release"))?;
+        if rows != 1 {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let remaining = match left {
+            Some(read) => read
+                .map_err(err("release"))?
+                .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            None => 0,
+        };
+        Ok(ReleaseOutcome::Released {
+            remaining,
+            fencing: packed >> 1,
         })
     }
 }}

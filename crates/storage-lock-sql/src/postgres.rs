@@ -509,7 +509,7 @@ impl Statements {
                 "UPDATE {t} SET version = $4, count = count - 1,
                     expires_at = CASE WHEN count = 1 THEN LEAST(expires_at, {NOW}) ELSE expires_at END
                  WHERE lock_key = $1 AND owner = $2 AND count > 0
-                 RETURNING count,
+                 RETURNING count, fencing,
                     CASE WHEN count = 0 AND waiters THEN (SELECT 1 FROM pg_notify($3, $1)) ELSE 0 END AS notified,
                     set_config('synchronous_commit', 'off', true) AS async_commit"
             ),

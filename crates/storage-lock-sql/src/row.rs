@@ -242,7 +242,7 @@ where
     })
 }
 
-/// A release's outcome from the `RETURNING count` row of a dialect that has one.
+/// A release's outcome from the `RETURNING count, fencing` row of a dialect that has one.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn release_outcome<'r, R>(
     key: &str,
@@ -256,6 +256,7 @@ where
     Ok(match row {
         Some(r) => storage_lock_core::ReleaseOutcome::Released {
             remaining: stored_u32(key, "count", r.try_get(0).map_err(|e| corrupt(key, e))?)?,
+            fencing: stored_u64(key, "fencing", r.try_get(1).map_err(|e| corrupt(key, e))?)?,
         },
         None => storage_lock_core::ReleaseOutcome::NotHeld,
     })

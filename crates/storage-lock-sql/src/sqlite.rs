@@ -519,7 +519,7 @@ impl Statements {
                 "UPDATE {t} SET version = random(), count = count - 1,
                     expires_at = CASE WHEN count = 1 THEN min(expires_at, ?3) ELSE expires_at END
                  WHERE lock_key = ?1 AND owner = ?2 AND count > 0
-                 RETURNING count"
+                 RETURNING count, fencing"
             ),
         }
     }
@@ -657,7 +657,7 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
         c.keep_if(&row);
         let row = row.map_err(err("release"))?;
         let outcome = crate::row::release_outcome(key, row.as_ref())?;
-        if let (ReleaseOutcome::Released { remaining: 0 }, Some(wake)) = (&outcome, &self.wake) {
+        if let (ReleaseOutcome::Released { remaining: 0, .. }, Some(wake)) = (&outcome, &self.wake) {
             wake.signal(key);
         }
         Ok(outcome)

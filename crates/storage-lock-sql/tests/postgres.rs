@@ -390,7 +390,7 @@ async fn lock_operations_after_a_server_restart_do_not_fail() {
             );
             let released = s.release(&key, req.owner).await;
             assert!(
-                matches!(released, Ok(ReleaseOutcome::Released { remaining: 0 })),
+                matches!(released, Ok(ReleaseOutcome::Released { remaining: 0, .. })),
                 "{key}: {released:?}"
             );
         }

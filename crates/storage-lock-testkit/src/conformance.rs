@@ -249,7 +249,11 @@ pub async fn release_writes_tombstone<S: Storage>(s: S) {
     );
     assert_eq!(
         s.release(&key, a).await.unwrap(),
-        ReleaseOutcome::Released { remaining: 0 }
+        ReleaseOutcome::Released {
+            remaining: 0,
+            fencing: first
+        },
+        "a release says what it released"
     );
     let tomb = s.get(&key).await.unwrap().expect("tombstone kept").record;
     assert_eq!(tomb.count, 0);
@@ -572,7 +576,10 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
     assert!(matches!(other, AcquireOutcome::Busy { .. }));
     assert_eq!(
         s.release(&key, a).await.unwrap(),
-        ReleaseOutcome::Released { remaining: 1 }
+        ReleaseOutcome::Released {
+            remaining: 1,
+            fencing: *f1
+        }
     );
     let other = s
         .acquire_once(&key, &request(OwnerId::random(), lease, true))
@@ -581,7 +588,10 @@ pub async fn reentrant_acquire_counts_levels<S: Storage>(s: S) {
     assert!(matches!(other, AcquireOutcome::Busy { .. }));
     assert_eq!(
         s.release(&key, a).await.unwrap(),
-        ReleaseOutcome::Released { remaining: 0 }
+        ReleaseOutcome::Released {
+            remaining: 0,
+            fencing: *f1
+        }
     );
     let b = s
         .acquire_once(&key, &request(OwnerId::random(), lease, true))
@@ -947,7 +957,7 @@ where
     let good = format!("{prefix}a-lock");
     let bad = format!("{prefix}b-garbage");
     let req = request(OwnerId::random(), Duration::from_secs(30), false);
-    fencing_of(&s.acquire_once(&good, &req).await.unwrap());
+    let held = fencing_of(&s.acquire_once(&good, &req).await.unwrap());
     write_garbage(bad.clone()).await;
     let page = s
         .list(&prefix, &PageRequest::default())
@@ -964,7 +974,10 @@ where
     assert_eq!(locks.entries.len(), 1, "{locks:?}");
     assert_eq!(
         s.release(&good, req.owner).await.unwrap(),
-        ReleaseOutcome::Released { remaining: 0 }
+        ReleaseOutcome::Released {
+            remaining: 0,
+            fencing: held
+        }
     );
     if s.capabilities().conditional_delete {
         s.sweep(&prefix, Duration::ZERO)

@@ -160,8 +160,9 @@ pub async fn release(args: ReleaseArgs, url: Option<&str>, quiet: bool) -> Resul
         }
     }
     match opened.locks.release_as(&token.name, token.owner).await {
-        Ok(true) => Ok(0),
-        Ok(false) => Err(not_held(&token)),
+        // The release names the hold it ended: it must be this token's.
+        Ok(Some(fencing)) if fencing == token.fencing => Ok(0),
+        Ok(_) => Err(not_held(&token)),
         Err(e) => Err(Failure::lock("cannot release the lock", &e)),
     }
 }

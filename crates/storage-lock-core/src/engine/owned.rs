@@ -149,8 +149,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     /// assert_eq!(first.fencing_token, retry.fencing_token);
     /// let busy = locks.acquire_as("jobs/1", OwnerId::random(), &opts, None).await?.unwrap_err();
     /// assert!(busy.holder.is_some());
-    /// assert!(locks.release_as("jobs/1", me).await?);
-    /// assert!(!locks.release_as("jobs/1", me).await?); // retrying a release is harmless
+    /// // A release says what it released: the hold's fencing token.
+    /// assert_eq!(locks.release_as("jobs/1", me).await?, Some(first.fencing_token));
+    /// assert_eq!(locks.release_as("jobs/1", me).await?, None); // a retry is harmless
     /// # Ok(()) }
     /// ```
     pub async fn acquire_as(
@@ -240,24 +241,25 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             .ok_or(LockError::LeaseOutOfRange { lease })
     }
 
-    /// Releases `owner`'s hold of `name`; `Ok(false)` if it held none (so a retried release is
-    /// harmless).
+    /// Releases `owner`'s hold of `name` and says what it released: the hold's fencing token,
+    /// `Ok(None)` if it held none (so a retried release is harmless).
     ///
     /// # Errors
     /// [`LockError::InvalidName`], [`LockError::Storage`].
     ///
     /// # Examples
     /// See [`StorageLock::acquire_as`].
-    pub async fn release_as(&self, name: &str, owner: OwnerId) -> Result<bool, LockError> {
+    pub async fn release_as(&self, name: &str, owner: OwnerId) -> Result<Option<u64>, LockError> {
         let key: Arc<str> = Arc::from(&*self.key_for(name)?);
-        let released = matches!(
-            self.storage.as_ref().release(&key, owner).await?,
-            ReleaseOutcome::Released { .. }
-        );
-        if released {
-            self.shared.events.emit(LockEventKind::Released, &key, None);
+        match self.storage.as_ref().release(&key, owner).await? {
+            ReleaseOutcome::Released { fencing, .. } => {
+                self.shared
+                    .events
+                    .emit(LockEventKind::Released, &key, Some(fencing));
+                Ok(Some(fencing))
+            }
+            ReleaseOutcome::NotHeld => Ok(None),
         }
-        Ok(released)
     }
 
     /// Why `owner` does not hold `name` (read after a failed renewal). `None` if it does.

@@ -81,7 +81,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     pub async fn unlock_reentrant(&self, name: &str, owner: OwnerId) -> Result<u32, LockError> {
         let key = self.key_for(name)?;
         match self.storage.as_ref().release(&key, owner).await? {
-            ReleaseOutcome::Released { remaining } => Ok(remaining),
+            ReleaseOutcome::Released { remaining, .. } => Ok(remaining),
             ReleaseOutcome::NotHeld => Err(LockError::NotHeld {
                 name: name.to_owned(),
             }),

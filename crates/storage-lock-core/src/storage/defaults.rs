@@ -145,6 +145,7 @@ pub(super) async fn release<S: Primitives + ?Sized>(
             Ok(_) => {
                 return Ok(ReleaseOutcome::Released {
                     remaining: record.count,
+                    fencing: record.fencing,
                 });
             }
             Err(e) if e.is_cas_conflict() => continue,

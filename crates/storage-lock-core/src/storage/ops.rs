@@ -89,6 +89,9 @@ pub enum ReleaseOutcome {
     Released {
         /// Reentrancy depth left.
         remaining: u32,
+        /// The fencing token of the hold released: a release says what it released, so a
+        /// retried or delegated release (the lock server's) can tell its caller without a read.
+        fencing: u64,
     },
     /// The owner did not hold the key; nothing changed.
     NotHeld,
