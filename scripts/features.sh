@@ -21,6 +21,9 @@ for f in "" sqlite postgres mysql redis nats http; do
   check -p storage-lock --no-default-features ${f:+--features "$f"}
 done
 check -p storage-lock-proto
+for f in "" openapi; do
+  check -p storage-lock-wire --no-default-features ${f:+--features "$f"}
+done
 check -p storage-lock-server
 for f in "" grpc; do
   check -p storage-lock-client --no-default-features ${f:+--features "$f"}
