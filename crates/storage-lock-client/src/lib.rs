@@ -56,7 +56,7 @@ use storage_lock_core::{
 };
 use storage_lock_wire::{
     AcquireBody, ErrorBody, ForceReleaseBody, ForceReleased, Hold, Holder, LockInfo, LockList,
-    LockState, ReleaseBody, Released, RenewBody, Renewed, StorageInfo, SweepBody, Swept,
+    LockState, ReleaseBody, Released, RenewBody, Renewed, StorageInfo, SweepBody, Swept, millis,
 };
 
 /// The environment variable the bearer token is read from when the URL has no `token=`.
@@ -70,11 +70,6 @@ const LONG_POLL: Duration = Duration::from_secs(25);
 const NAME: &str = "remote";
 /// No request body (a `GET`).
 const NO_BODY: Option<&()> = None;
-
-/// Whole milliseconds of `d` (saturating).
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
 
 #[cfg(feature = "grpc")]
 mod session;

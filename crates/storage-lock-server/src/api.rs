@@ -7,7 +7,7 @@
 //! the secret that renews and releases; they are never shown in lists or reads.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -18,63 +18,13 @@ use axum::response::{IntoResponse, Response};
 use storage_lock_wire::{
     AcquireBody, ErrorBody, EventsQuery, ForceReleaseBody, ForceReleased, GetQuery, Hold,
     ListQuery, LockEventInfo, LockEvents, LockInfo, LockList, ReleaseBody, Released, RenewBody,
-    Renewed, StorageInfo, SweepBody, Swept, WhileState,
+    Renewed, StorageInfo, SweepBody, Swept, WhileState, millis, rfc3339,
 };
 
 use crate::error::{ErrorKind, ServiceError};
 use crate::service::{self, Caller, LockService, LockView};
 
-pub(crate) type Shared = State<Arc<LockService>>;
-
-/// Whole milliseconds of `d` (saturating).
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-pub(crate) fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
-/// The address a connection came from, for any listener the server serves on (axum knows it
-/// only for its own TCP listener).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, NoDelay>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, NoDelay>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
-impl
-    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, crate::tls::TlsListener>>
-    for Peer
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, crate::tls::TlsListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
-/// The plain listener of [`crate::Server::serve`]: TCP with `TCP_NODELAY` set on every
-/// connection (small request and response writes must not wait for delayed ACKs).
-pub(crate) struct NoDelay(pub(crate) tokio::net::TcpListener);
-
-impl axum::serve::Listener for NoDelay {
-    type Io = tokio::net::TcpStream;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (tcp, addr) = axum::serve::Listener::accept(&mut self.0).await;
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set");
-        }
-        (tcp, addr)
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
-}
+type Shared = State<Arc<LockService>>;
 
 /// The caller, from the `Authorization: Bearer …` header (anyone when the server has no auth),
 /// and where it connected from (when the server was started by [`crate::Server::serve`]).
@@ -91,7 +41,7 @@ impl FromRequestParts<Arc<LockService>> for Caller {
             .and_then(|v| v.to_str().ok());
         let peer = parts
             .extensions
-            .get::<axum::extract::ConnectInfo<Peer>>()
+            .get::<axum::extract::ConnectInfo<crate::listen::Peer>>()
             .map(|c| c.0.0.ip());
         Ok(Self::from_authorization(state, value)?.connected_from(peer))
     }

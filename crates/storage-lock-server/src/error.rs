@@ -157,7 +157,10 @@ impl ServiceError {
                 .as_ref()
                 .and_then(|b| b.holder.as_deref())
                 .map(Holder::from),
-            expires_in_ms: self.busy.as_ref().map(|b| crate::api::millis(b.left)),
+            expires_in_ms: self
+                .busy
+                .as_ref()
+                .map(|b| storage_lock_wire::millis(b.left)),
         }
     }
 }

@@ -36,7 +36,8 @@ use tokio::task::JoinSet;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::api::{millis, rfc3339};
+use storage_lock_wire::{millis, rfc3339};
+
 use crate::error::{ErrorKind, ServiceError};
 use crate::service::{self, Caller, LockService, LockView};
 
@@ -115,7 +116,7 @@ impl Grpc {
             .and_then(|v| v.to_str().ok());
         let peer = req
             .extensions()
-            .get::<axum::extract::ConnectInfo<crate::api::Peer>>()
+            .get::<axum::extract::ConnectInfo<crate::listen::Peer>>()
             .map(|c| c.0.0.ip())
             .or_else(|| req.remote_addr().map(|a| a.ip()));
         Ok(Caller::from_authorization(&self.svc, value)?.connected_from(peer))

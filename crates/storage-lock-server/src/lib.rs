@@ -22,7 +22,7 @@
 //! |---|---|
 //! | `POST /v1/locks/{name}/acquire` | `{lease_ms, wait_ms?, owner?, note?, holder?}` → 200 hold · 409 busy (+ `Retry-After`) |
 //! | `POST /v1/locks/{name}/renew` | `{owner, lease_ms}` → 200 · 410 lost, with `reason` |
-//! | `POST /v1/locks/{name}/release` | `{owner}` → 200 `{released}` (safe to retry) |
+//! | `POST /v1/locks/{name}/release` | `{owner}` → 200 `{released, fencing_token?}`: what it released (safe to retry) |
 //! | `POST /v1/locks/{name}/force-release` | admin: `{expected_fencing_token?, reason?}` |
 //! | `POST /v1/sweep` | admin: `{prefix?, older_than_ms?}` → `{deleted, fencing_floor}` |
 //! | `GET /v1/locks?prefix=&cursor=&limit=` | a page of locks |
@@ -34,6 +34,12 @@
 //! | `GET /healthz`, `GET /readyz` | the process is up · the storage answers |
 //! | `GET /ui` | the live web page (see `ui`): locks, holders, time left; admin force-release |
 //! | gRPC `storagelock.v1.LockService/*` | the same operations, and sessions (see `grpc`) |
+//!
+//! **One service, thin transports.** Every operation lives once in the crate's `service`
+//! module (typed requests and answers, one error type with the busy and lost details); the
+//! HTTP routes (`api`), the gRPC service (`grpc`) and the web page (`ui`) only translate their
+//! wire formats to it and back, and each maps the error once. The JSON bodies are the
+//! [`wire`] crate's, shared with `storage-lock-client`.
 //!
 //! gRPC (HTTP/2) and HTTP share the port. The gRPC service's contract, including the status
 //! code table (busy → `ABORTED`, lost → `FAILED_PRECONDITION`, bad input → `INVALID_ARGUMENT`,
@@ -69,6 +75,7 @@ mod api;
 pub mod auth;
 mod error;
 mod grpc;
+mod listen;
 mod observe;
 mod recorder;
 mod service;
@@ -297,7 +304,7 @@ impl Server {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        self.serve_on(api::NoDelay(listener), shutdown).await
+        self.serve_on(listen::NoDelay(listener), shutdown).await
     }
 
     /// Like [`Self::serve`], over TLS: HTTPS and gRPC over TLS (ALPN `h2`, `http/1.1`), with
@@ -334,14 +341,14 @@ impl Server {
     ) -> std::io::Result<()>
     where
         L: axum::serve::Listener<Addr = std::net::SocketAddr>,
-        api::Peer:
+        listen::Peer:
             for<'a> axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
     {
         let sessions = self.shutdown.clone();
         // The peer address names the holder of an API client's hold (see `api`).
         let app = self
             .router()
-            .into_make_service_with_connect_info::<api::Peer>();
+            .into_make_service_with_connect_info::<listen::Peer>();
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 shutdown.await;

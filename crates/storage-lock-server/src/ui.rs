@@ -37,11 +37,12 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use serde::Deserialize;
 use storage_lock_core::{LockEventKind, StorageExt};
 
-use storage_lock_wire::{LockState, MAX_NOTE_BYTES, MAX_PAGE};
+use storage_lock_wire::{LockState, MAX_NOTE_BYTES, MAX_PAGE, millis, rfc3339};
 
-use crate::api::{Shared, rfc3339};
 use crate::auth::Permission;
 use crate::service::{self, Caller, LockService, LockView};
+
+type Shared = State<Arc<LockService>>;
 
 const COOKIE: &str = "sl_session";
 /// How often `/ui/events` sends a snapshot.
@@ -276,7 +277,7 @@ fn span_ms(st: &LockService, key: &str, l: &LockView) -> u64 {
             None => return 0,
         },
     };
-    crate::api::millis(expires.duration_since(from).unwrap_or_default())
+    millis(expires.duration_since(from).unwrap_or_default())
 }
 
 /// Pages of the listing the table reads at most (so at most this × 1000 records).
@@ -328,7 +329,7 @@ async fn snapshot(st: &LockService, viewer: &Viewer, prefix: &str, by_name: bool
                             .unwrap_or_default(),
                         token: l.fencing.map(|t| t.to_string()).unwrap_or_default(),
                         acquired_at: l.acquired_at.map(rfc3339).unwrap_or_default(),
-                        left_ms: l.expires_in.map(crate::api::millis).unwrap_or(0),
+                        left_ms: l.expires_in.map(millis).unwrap_or(0),
                         span_ms: span_ms(st, &key, &l),
                         name: l.name,
                     }
@@ -650,7 +651,7 @@ async fn lock_page(
             dt { "Note" } dd.note { (info.holder.as_ref().and_then(|h| h.note.clone()).unwrap_or_else(|| "—".into())) }
             dt { "Acquired at" } dd { (info.acquired_at.map(rfc3339).unwrap_or_else(|| "—".into())) }
             dt { "Expires at" } dd { (info.expires_at.map(rfc3339).unwrap_or_else(|| "—".into())) }
-            dt { "Time left" } dd { (info.expires_in.map(|d| left_text(crate::api::millis(d))).unwrap_or_else(|| "—".into())) }
+            dt { "Time left" } dd { (info.expires_in.map(|d| left_text(millis(d))).unwrap_or_else(|| "—".into())) }
         }
         @if admin && info.state == LockState::Held {
             @let confirm = format!("Force-release {name} held by {holder} (fencing token {})? The holder loses the lock at its next renewal.", token.clone().unwrap_or_default());

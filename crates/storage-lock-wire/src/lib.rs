@@ -51,6 +51,28 @@ pub const MAX_PAGE: usize = 1000;
 /// The page size when `limit` is absent.
 pub const DEFAULT_PAGE: usize = 100;
 
+/// A duration as the wire carries it: whole milliseconds (saturating).
+///
+/// # Examples
+/// ```
+/// assert_eq!(storage_lock_wire::millis(std::time::Duration::from_micros(2_999)), 2);
+/// ```
+pub fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A time as the wire carries it: RFC 3339 in UTC with milliseconds.
+///
+/// # Examples
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// let t = UNIX_EPOCH + Duration::from_millis(1_500);
+/// assert_eq!(storage_lock_wire::rfc3339(t), "1970-01-01T00:00:01.500Z");
+/// ```
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
 /// Fencing tokens as JSON strings (a `u64` does not fit a JavaScript number).
 pub mod token {
     use serde::{Deserialize, Deserializer, Serializer, de};
