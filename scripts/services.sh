@@ -145,7 +145,11 @@ sl_protoc() { # build tool: etcd-client compiles etcd's protos with protoc
   command -v protoc >/dev/null || sl_install protobuf-compiler || return 1
 }
 
-sl_protoc && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_databases && sl_etcd \
+sl_faketime() { # test tool: a contender process whose wall clock runs ahead (libfaketime)
+  command -v faketime >/dev/null || sl_install faketime || return 1
+}
+
+sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_databases && sl_etcd \
   && sl_nats && sl_s3 \
   || return 1 2>/dev/null || exit 1
 

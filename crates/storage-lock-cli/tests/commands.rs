@@ -102,6 +102,84 @@ fn list_json_shows_a_held_lock() {
 }
 
 /// Asserts a failed run: non-zero `code`, exactly one line on stderr, no panic.
+/// Expiry is the storage's decision: a contender whose wall clock runs an hour ahead (libfaketime;
+/// monotonic and boot clocks left alone, as an NTP step would) finds a held lock busy on every
+/// backend whose `check` says `clock: storage`. Where it says `clock: client` (etcd, NATS and S3
+/// today, issue 27) the README's drift caveat is what happens, and this test shows it: the
+/// skewed contender takes the held lock — so the day those backends report `clock: storage`,
+/// they are held to the first branch.
+#[test]
+fn a_contender_whose_clock_runs_an_hour_ahead_finds_a_held_lock_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let skewed = |url: &str, args: &[&str]| {
+        let mut cmd = std::process::Command::new("faketime");
+        cmd.args(["-f", "+1h", BIN, "--storage", url])
+            .args(args)
+            .env("DONT_FAKE_MONOTONIC", "1")
+            .env_remove("STORAGE_LOCK_URL")
+            .env_remove("RUST_LOG")
+            .env("HOME", dir.path())
+            .stdin(std::process::Stdio::null());
+        cmd
+    };
+    // The tool works here: the skewed process sees the future.
+    let date = output_within(
+        std::process::Command::new("faketime").args(["-f", "+1h", "date", "+%s"]),
+        LIMIT,
+    );
+    assert!(
+        date.status.success(),
+        "faketime is missing (scripts/services.sh installs it): {date:?}"
+    );
+    let ahead: u64 = String::from_utf8_lossy(&date.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        ahead > now + 3000,
+        "faketime did not move the clock: {ahead} vs {now}"
+    );
+    for url in urls(dir.path()) {
+        let name = unique("skew");
+        let out = output_within(
+            &mut cli(
+                dir.path(),
+                &url,
+                &["acquire", &name, "--no-wait", "--lease", "60s"],
+            ),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let check = output_within(&mut cli(dir.path(), &url, &["check", "--json"]), LIMIT);
+        let check: serde_json::Value =
+            serde_json::from_slice(&check.stdout).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let taken = output_within(&mut skewed(&url, &["acquire", &name, "--no-wait"]), LIMIT);
+        match check["clock"].as_str() {
+            Some("storage") => assert_eq!(
+                taken.status.code(),
+                Some(75),
+                "{url}: a contender an hour ahead must find the lock busy: {taken:?}"
+            ),
+            Some("client") => {
+                assert_eq!(
+                    taken.status.code(),
+                    Some(0),
+                    "{url}: on a client clock the README's drift caveat applies: {taken:?}"
+                );
+                let theirs = String::from_utf8_lossy(&taken.stdout).trim().to_owned();
+                output_within(&mut cli(dir.path(), &url, &["release", &theirs]), LIMIT);
+            }
+            other => panic!("{url}: clock {other:?} in {check}"),
+        }
+        output_within(&mut cli(dir.path(), &url, &["release", &token]), LIMIT);
+    }
+}
+
 fn assert_one_line_error(what: &str, out: &std::process::Output, code: i32) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
