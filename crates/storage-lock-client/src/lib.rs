@@ -55,7 +55,7 @@ use storage_lock_core::{
     Storage, StorageError, StorageLock, Stored, SweepReport, Timestamp, Version,
 };
 use storage_lock_wire::{
-    AcquireBody, ErrorBody, ForceReleaseBody, ForceReleased, Hold, Holder, LockInfo, LockList,
+    AcquireBody, ErrorBody, ForceReleaseBody, ForceReleased, Hold, HolderBody, LockInfo, LockList,
     LockState, ReleaseBody, Released, RenewBody, Renewed, StorageInfo, SweepBody, Swept, millis,
 };
 
@@ -537,9 +537,9 @@ impl Storage for RemoteStorage {
             lease_ms: millis(req.lease),
             owner: Some(req.owner.to_string()),
             // The note travels once, as the hold's note.
-            holder: req.holder.as_deref().map(|h| Holder {
+            holder: req.holder.as_deref().map(|h| HolderBody {
                 note: None,
-                ..Holder::from(h)
+                ..HolderBody::from(h)
             }),
             note: req.holder.as_ref().and_then(|h| h.note.clone()),
             ..AcquireBody::default()

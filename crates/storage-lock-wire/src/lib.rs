@@ -128,10 +128,13 @@ pub mod token {
     }
 }
 
-/// Who holds a lock (for people and tools; never used for decisions).
+/// Who holds a lock (for people and tools; never used for decisions), as answers report it.
+///
+/// Unknown fields are ignored here, as in every answer, so that a client keeps reading the
+/// answers of a newer server that says more about a holder; the request side is
+/// [`HolderBody`], which refuses them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
-#[serde(deny_unknown_fields)]
 pub struct Holder {
     /// Host name of the holder.
     #[cfg_attr(feature = "openapi", schema(max_length = 255))]
@@ -150,6 +153,43 @@ impl From<&HolderInfo> for Holder {
             host: h.host.clone(),
             pid: h.pid,
             note: h.note.clone(),
+        }
+    }
+}
+
+/// Who holds a lock, as an acquire names it ([`AcquireBody::holder`]): the fields of
+/// [`Holder`], and nothing else (a misspelt field is refused, not dropped).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct HolderBody {
+    /// Host name of the holder.
+    #[cfg_attr(feature = "openapi", schema(max_length = 255))]
+    pub host: String,
+    /// Process id of the holder.
+    pub pid: u32,
+    /// Free-form note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
+    pub note: Option<String>,
+}
+
+impl From<&HolderInfo> for HolderBody {
+    fn from(h: &HolderInfo) -> Self {
+        Self {
+            host: h.host.clone(),
+            pid: h.pid,
+            note: h.note.clone(),
+        }
+    }
+}
+
+impl From<HolderBody> for HolderInfo {
+    fn from(h: HolderBody) -> Self {
+        Self {
+            host: h.host,
+            pid: h.pid,
+            note: h.note,
         }
     }
 }
@@ -191,7 +231,7 @@ pub struct AcquireBody {
     pub note: Option<String>,
     /// Who holds it (host, pid); where the request came from if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder: Option<Holder>,
+    pub holder: Option<HolderBody>,
 }
 
 /// A hold: the answer to a granted acquire.
@@ -635,5 +675,25 @@ mod tests {
         assert_eq!(info.state, LockState::Free);
         let kind: EventKind = serde_json::from_str(r#""some_future_kind""#).unwrap();
         assert_eq!(kind, EventKind::Other);
+    }
+
+    /// A holder in an answer may say more than this version knows (a newer server); a holder
+    /// in an acquire may not (a misspelt field would be dropped without a word).
+    #[test]
+    fn a_holder_with_a_new_field_reads_in_answers_and_is_refused_in_requests() {
+        let info: LockInfo = serde_json::from_str(
+            r#"{"name":"a","state":"held","holder":{"host":"h","pid":7,"zone":"eu-1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(info.holder.map(|h| (h.host, h.pid)), Some(("h".into(), 7)));
+        let err: ErrorBody = serde_json::from_str(
+            r#"{"error":"busy","message":"m","holder":{"host":"h","pid":7,"zone":"eu-1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(err.holder.map(|h| h.pid), Some(7));
+        let bad = r#"{"lease_ms":1,"holder":{"host":"h","pid":7,"zone":"eu-1"}}"#;
+        assert!(serde_json::from_str::<AcquireBody>(bad).is_err());
+        let good = r#"{"lease_ms":1,"holder":{"host":"h","pid":7}}"#;
+        assert!(serde_json::from_str::<AcquireBody>(good).is_ok());
     }
 }
