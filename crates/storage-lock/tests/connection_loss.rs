@@ -118,6 +118,11 @@ async fn redis_connection_loss_is_fail_closed() {
     fail_closed_and_recover("STORAGE_LOCK_REDIS_URL", "?prefix=storage-lock-suite:").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_connection_loss_is_fail_closed() {
+    fail_closed_and_recover("STORAGE_LOCK_VALKEY_URL", "?prefix=storage-lock-suite:").await;
+}
+
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_connection_loss_is_fail_closed() {

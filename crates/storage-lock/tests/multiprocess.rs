@@ -66,6 +66,15 @@ fn redis_processes_exclude_each_other() {
     ));
 }
 
+#[cfg(feature = "redis")]
+#[test]
+fn valkey_processes_exclude_each_other() {
+    contend(&format!(
+        "{}?prefix=storage-lock-mp:",
+        env_url("STORAGE_LOCK_VALKEY_URL")
+    ));
+}
+
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_processes_exclude_each_other() {
