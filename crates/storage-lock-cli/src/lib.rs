@@ -67,10 +67,16 @@ pub fn main() -> ExitCode {
     };
     init_logging(cli.verbose);
     storage::set_verbose(cli.verbose > 0 && !cli.quiet);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // One thread does for a command (a few requests at a time); a server answers many clients
+    // at once, so `serve` gets a worker per core (`TOKIO_WORKER_THREADS` sets the number).
+    let mut builder = if matches!(cli.command, Command::Serve(_)) {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.thread_name("serve-worker");
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             return report(&Failure::new(

@@ -189,6 +189,19 @@ fn a_token_from_token_is_accepted_by_serve_auth() {
     }
 }
 
+/// `serve` answers on a worker thread per core, and `TOKIO_WORKER_THREADS` sets how many (the
+/// README says so); it ran every request on one thread.
+#[test]
+fn serve_runs_the_workers_tokio_worker_threads_asks_for() {
+    let served = Served::start_with_env("memory:", &[], &[("TOKIO_WORKER_THREADS", "3")]);
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", served.pid())).expect("/proc");
+    let workers = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == "serve-worker")
+        .count();
+    assert_eq!(workers, 3, "worker threads of the server");
+}
+
 #[test]
 fn sigterm_stops_the_server_cleanly() {
     let mut server = Served::start("memory:", &[]);

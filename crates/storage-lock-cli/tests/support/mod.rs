@@ -207,10 +207,16 @@ impl Served {
     /// Starts `storage-lock --storage STORAGE serve --listen 127.0.0.1:0 EXTRA…` and reads the
     /// address it announces.
     pub fn start(storage: &str, extra: &[&str]) -> Self {
+        Self::start_with_env(storage, extra, &[])
+    }
+
+    /// [`Self::start`] with these environment variables set for the server.
+    pub fn start_with_env(storage: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         use std::io::{BufRead, BufReader};
         let mut child = Command::new(BIN)
             .args(["--storage", storage, "serve", "--listen", "127.0.0.1:0"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
