@@ -194,12 +194,19 @@ fn a_token_from_token_is_accepted_by_serve_auth() {
 #[test]
 fn serve_runs_the_workers_tokio_worker_threads_asks_for() {
     let served = Served::start_with_env("memory:", &[], &[("TOKIO_WORKER_THREADS", "3")]);
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", served.pid())).expect("/proc");
-    let workers = tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.trim_end() == "serve-worker")
-        .count();
-    assert_eq!(workers, 3, "worker threads of the server");
+    let workers = || {
+        std::fs::read_dir(format!("/proc/{}/task", served.pid()))
+            .expect("/proc")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == "serve-worker")
+            .count()
+    };
+    // A new thread names itself once it runs: wait for the names, not for a time.
+    let started = std::time::Instant::now();
+    while workers() < 3 && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(workers(), 3, "worker threads of the server");
 }
 
 #[test]
