@@ -75,6 +75,22 @@ impl Failure {
         Self::new(USAGE, message)
     }
 
+    /// A command that could not be started: [`NOT_FOUND`] (127) if it does not exist, else
+    /// [`CANNOT_EXECUTE`] (126), as shells answer.
+    pub fn cannot_run(program: &std::ffi::OsStr, e: &std::io::Error) -> Self {
+        let code = match e.kind() {
+            std::io::ErrorKind::NotFound => NOT_FOUND,
+            _ => CANNOT_EXECUTE,
+        };
+        Self::new(
+            code,
+            format!(
+                "cannot run {}: {e}",
+                crate::output::escape(&program.to_string_lossy())
+            ),
+        )
+    }
+
     /// A storage failure while doing `what`.
     pub fn storage(what: &str, error: &StorageError) -> Self {
         let code = match error {

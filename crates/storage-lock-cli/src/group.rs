@@ -179,7 +179,7 @@ pub fn foreground_exec(args: &[std::ffi::OsString]) -> u8 {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
     let e = std::process::Command::new(program).args(rest).exec();
-    let failure = crate::run::cannot_run(program, &e);
+    let failure = crate::exit::Failure::cannot_run(program, &e);
     eprintln!("storage-lock: error: {failure}");
     failure.code
 }

@@ -326,22 +326,7 @@ fn spawn(
             output::rfc3339(handle.expires_at()),
         )
         .process_group(0);
-    cmd.spawn().map_err(|e| cannot_run(program, &e))
-}
-
-/// The failure of a command that could not be started: 127 if not found, else 126.
-pub fn cannot_run(program: &std::ffi::OsStr, e: &std::io::Error) -> Failure {
-    let code = match e.kind() {
-        std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-        _ => exit::CANNOT_EXECUTE,
-    };
-    Failure::new(
-        code,
-        format!(
-            "cannot run {}: {e}",
-            output::escape(&program.to_string_lossy())
-        ),
-    )
+    cmd.spawn().map_err(|e| Failure::cannot_run(program, &e))
 }
 
 /// Why `run` is stopping the command's group.
