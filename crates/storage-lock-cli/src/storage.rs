@@ -252,7 +252,14 @@ fn check_sqlite_dir(url: &str) -> Result<(), Failure> {
     let Some(rest) = url.strip_prefix("sqlite://") else {
         return Ok(());
     };
-    let path = std::path::Path::new(rest.split('?').next().unwrap_or(rest));
+    // The path as the backend reads it (percent-decoded); a bad encoding is the URL's error,
+    // which opening reports.
+    let Ok(path) =
+        storage_lock::backend::storage::url::percent_decode(rest.split('?').next().unwrap_or(rest))
+    else {
+        return Ok(());
+    };
+    let path = std::path::Path::new(&path);
     match path.parent().filter(|d| !d.as_os_str().is_empty()) {
         Some(dir) if !dir.is_dir() => Err(Failure::new(
             exit::STORAGE,

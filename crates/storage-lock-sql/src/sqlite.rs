@@ -45,7 +45,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
-use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
+use storage_lock_core::storage::url::{DriverUrl, allow_volatile, percent_decode};
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock, Durability, OwnerId,
     ReleaseOutcome, RenewOutcome, RenewRequest, StorageError, SystemClock, TimeSource, Timestamp,
@@ -148,8 +148,10 @@ impl SqliteStorageBuilder {
             .get(.."sqlite://".len())
             .filter(|s| s.eq_ignore_ascii_case("sqlite://"))
             .and_then(|_| options.driver.get("sqlite://".len()..))
-            .ok_or_else(|| invalid("expected sqlite://PATH"))?
-            .to_owned();
+            .ok_or_else(|| invalid("expected sqlite://PATH"))?;
+        // A path is percent-decoded like every part of a URL: `#` is written `%23` (a raw `#`
+        // starts a fragment, which is refused), `%` itself `%25`.
+        let path = percent_decode(path).map_err(|reason| invalid(&reason))?;
         if path.is_empty() {
             return Err(invalid("the database path is empty"));
         }

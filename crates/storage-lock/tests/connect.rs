@@ -21,6 +21,28 @@ async fn memory_and_sqlite_urls_open() {
     assert!(!connect(&sqlite).await.unwrap().provider().process_local);
 }
 
+/// A SQLite path is percent-decoded, as the refusal of a raw `#` tells users to write it: the
+/// file of `a%23b.db` is `a#b.db` (it was created as `a%23b.db`).
+#[tokio::test]
+async fn a_percent_encoded_sqlite_path_names_the_decoded_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/a%23b%20c.db", dir.path().display());
+    let locks = connect(&url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    drop(locks);
+    assert!(dir.path().join("a#b c.db").exists(), "{url}");
+    assert!(!dir.path().join("a%23b%20c.db").exists(), "{url}");
+    let raw = format!("sqlite://{}/a#b.db", dir.path().display());
+    let Err(ConnectError::InvalidUrl { reason, .. }) = connect(&raw).await else {
+        panic!("{raw} opened")
+    };
+    assert!(reason.contains("%23"), "{reason}");
+    let bad = format!("sqlite://{}/100%.db", dir.path().display());
+    assert!(
+        matches!(connect(&bad).await, Err(ConnectError::InvalidUrl { .. })),
+        "{bad}"
+    );
+}
+
 #[tokio::test]
 async fn bad_urls_are_typed_errors() {
     for (url, unknown) in [

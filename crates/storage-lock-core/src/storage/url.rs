@@ -267,7 +267,18 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     (!d.is_zero()).then_some(d)
 }
 
-fn percent_decode(s: &str) -> Result<String, String> {
+/// `s` with every `%XX` replaced by the byte it encodes (a URL's path or option value).
+///
+/// # Errors
+/// A `%` not followed by two hex digits, or bytes that are not UTF-8 once decoded.
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::storage::url::percent_decode;
+/// assert_eq!(percent_decode("/tmp/a%23b.db").unwrap(), "/tmp/a#b.db");
+/// assert!(percent_decode("/tmp/100%.db").is_err());
+/// ```
+pub fn percent_decode(s: &str) -> Result<String, String> {
     let mut out = Vec::with_capacity(s.len());
     let mut bytes = s.bytes();
     while let Some(b) = bytes.next() {
