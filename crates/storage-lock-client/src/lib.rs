@@ -436,7 +436,13 @@ impl RemoteStorage {
         let Some(fencing) = info.fencing_token else {
             return Ok(None);
         };
-        let held = info.state == LockState::Held;
+        // A state this version does not know counts as held while the server gives it time
+        // left: never read a lock as free on a guess.
+        let held = match info.state {
+            LockState::Held => true,
+            LockState::Other => info.expires_in_ms.is_some_and(|left| left > 0),
+            _ => false,
+        };
         // Times of a held lock are counted on this host's clock from the server's durations,
         // so that `now()` (this host's clock) and the record agree; a free record's expiry is
         // in the past whatever the clocks say.
@@ -538,8 +544,9 @@ impl Storage for RemoteStorage {
             owner: Some(req.owner.to_string()),
             // The note travels once, as the hold's note.
             holder: req.holder.as_deref().map(|h| HolderBody {
+                host: h.host.clone(),
+                pid: h.pid,
                 note: None,
-                ..HolderBody::from(h)
             }),
             note: req.holder.as_ref().and_then(|h| h.note.clone()),
             ..AcquireBody::default()

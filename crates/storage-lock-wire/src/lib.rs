@@ -174,16 +174,6 @@ pub struct HolderBody {
     pub note: Option<String>,
 }
 
-impl From<&HolderInfo> for HolderBody {
-    fn from(h: &HolderInfo) -> Self {
-        Self {
-            host: h.host.clone(),
-            pid: h.pid,
-            note: h.note.clone(),
-        }
-    }
-}
-
 impl From<HolderBody> for HolderInfo {
     fn from(h: HolderBody) -> Self {
         Self {
@@ -363,6 +353,9 @@ pub enum LockState {
     Expired,
     /// Never held (or swept); free.
     Free,
+    /// A state newer than this reader knows (a newer server); the server never sends `other`.
+    #[serde(other)]
+    Other,
 }
 
 impl LockState {
@@ -373,6 +366,7 @@ impl LockState {
             Self::Released => "released",
             Self::Expired => "expired",
             Self::Free => "free",
+            Self::Other => "other",
         }
     }
 }
@@ -673,6 +667,8 @@ mod tests {
         let info: LockInfo =
             serde_json::from_str(r#"{"name":"a","state":"free","new_field":1}"#).unwrap();
         assert_eq!(info.state, LockState::Free);
+        let state: LockState = serde_json::from_str(r#""draining""#).unwrap();
+        assert_eq!(state, LockState::Other);
         let kind: EventKind = serde_json::from_str(r#""some_future_kind""#).unwrap();
         assert_eq!(kind, EventKind::Other);
     }
