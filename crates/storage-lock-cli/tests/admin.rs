@@ -166,7 +166,7 @@ fn unverified_durability_fails_check_and_warns_until_the_url_accepts_it() {
         v["durability_note"].as_str().unwrap().contains("replicas"),
         "{v}"
     );
-    assert_eq!(v["clock"], "client", "{v}");
+    assert_eq!(v["clock"], "observed", "{v}");
 
     let name = unique("unverified");
     let out = output_within(

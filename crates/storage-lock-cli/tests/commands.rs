@@ -102,12 +102,12 @@ fn list_json_shows_a_held_lock() {
 }
 
 /// Asserts a failed run: non-zero `code`, exactly one line on stderr, no panic.
-/// Expiry is the storage's decision: a contender whose wall clock runs an hour ahead (libfaketime;
+/// No wall clock decides expiry: a contender whose wall clock runs an hour ahead (libfaketime;
 /// monotonic and boot clocks left alone, as an NTP step would) finds a held lock busy on every
-/// backend whose `check` says `clock: storage`. Where it says `clock: client` (etcd, NATS and S3
-/// today, issue 27) the README's drift caveat is what happens, and this test shows it: the
-/// skewed contender takes the held lock — so the day those backends report `clock: storage`,
-/// they are held to the first branch.
+/// backend whose `check` says `clock: storage` (the storage's own clock) or `clock: observed`
+/// (etcd, NATS, S3: expiry timed by each client's monotonic clock from its first sight of a
+/// version). Where it says `clock: client` the README's drift caveat is what happens, and this
+/// test shows it: the skewed contender takes the held lock.
 #[test]
 fn a_contender_whose_clock_runs_an_hour_ahead_finds_a_held_lock_busy() {
     let dir = tempfile::tempdir().unwrap();
@@ -160,7 +160,7 @@ fn a_contender_whose_clock_runs_an_hour_ahead_finds_a_held_lock_busy() {
             serde_json::from_slice(&check.stdout).unwrap_or_else(|e| panic!("{url}: {e}"));
         let taken = output_within(&mut skewed(&url, &["acquire", &name, "--no-wait"]), LIMIT);
         match check["clock"].as_str() {
-            Some("storage") => assert_eq!(
+            Some("storage" | "observed") => assert_eq!(
                 taken.status.code(),
                 Some(75),
                 "{url}: a contender an hour ahead must find the lock busy: {taken:?}"

@@ -45,6 +45,30 @@ impl Clock for SystemClock {
     }
 }
 
+/// A clock that reads like the wall clock when this process first reads it, then moves only
+/// with [`BootInstant`]: it never steps, whatever NTP or an operator does to the wall clock
+/// afterwards, and it counts time the machine spends suspended.
+///
+/// What storages that time observations use by default (see [`crate::storage::observed`]):
+/// only its rate matters there, and its readings still look like dates to people.
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::{Clock, MonotonicClock};
+/// let (a, b) = (MonotonicClock.now(), MonotonicClock.now());
+/// assert!(b >= a);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MonotonicClock;
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Timestamp {
+        static ANCHOR: std::sync::OnceLock<(Timestamp, BootInstant)> = std::sync::OnceLock::new();
+        let (wall, boot) = *ANCHOR.get_or_init(|| (SystemClock.now(), BootInstant::now()));
+        wall.saturating_add(BootInstant::now().saturating_duration_since(boot))
+    }
+}
+
 /// A clock that only moves when told to; clones share the same time.
 ///
 /// ```

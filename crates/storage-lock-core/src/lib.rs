@@ -48,7 +48,7 @@ mod small_key;
 pub mod storage;
 mod telemetry;
 
-pub use clock::{Clock, ManualClock, SystemClock, boot_time};
+pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock, boot_time};
 pub use contract::{
     AcquireOptions, Busy, KeyNormalizer, Lease, LockError, MAX_NAME_LEN, PrefixNormalizer,
     ProviderInfo, Wait,

@@ -12,17 +12,17 @@
 //! * **Release** writes a tombstone (the fencing token stays in the record); `sweep` deletes
 //!   long-free records with a conditional delete after raising the fencing floor.
 //!
-//! # Time: an injected clock
-//! etcd has no clock API, and its own leases count time on the server but delete the key (and
-//! with it the fencing token) when they run out. So expiry is judged by a [`Clock`] injected at
-//! open — by default each client's [`SystemClock`] ([`TimeSource::Injected`]).
-//!
-//! **Drift bound.** If two clients' clocks differ by at most `δ`, a hold can be taken over up
-//! to `δ` before its holder's own clock ends it (the holder's handle still turns lost at its
-//! *local* deadline, measured on a monotonic clock from before the write). Keep clocks in sync
-//! (NTP keeps `δ` in the milliseconds) and leases much longer than `δ`; the protected resource
-//! must check fencing tokens in any case, and those never repeat: they live in the record, which
-//! a release never deletes, and fresh keys start above the floor that a sweep raises first.
+//! # Time: observed, never a wall clock
+//! etcd has no clock API, and its own leases count whole seconds (two at least) and delete the
+//! key when they run out. So expiry is judged by observation ([`TimeSource::Observed`]; the
+//! rule and its proof are in [`storage_lock_core::storage::observed`]): a record carries the
+//! lease left when it was written, and a contender judges it expired once it has seen that
+//! `mod_revision` unchanged for that long on its own monotonic clock. No client's wall clock
+//! decides anything, so a client whose clock runs ahead (or an NTP step) cannot take a held
+//! lock early. The cost: a contender that first reads a hold abandoned by a crashed holder
+//! waits one more lease from that read. Fencing tokens never repeat: they live in the record,
+//! which a release never deletes, and fresh keys start above the floor that a sweep raises
+//! first.
 //!
 //! # What holds where
 //! * **An etcd cluster (1, 3 or 5 members)**: every read and write here is linearizable
@@ -45,11 +45,11 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp, WatchOptions,
     WatchStream,
 };
-use storage_lock_core::storage::encoding::{decode_record, encode_record};
+use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::storage::url::UrlParts;
 use storage_lock_core::{
-    Capabilities, ChangeWait, Clock, LockRecord, NotificationSource, Notifications, Page,
-    PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored, SystemClock, TimeSource,
+    Capabilities, ChangeWait, Clock, LockRecord, MonotonicClock, NotificationSource, Notifications,
+    Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored, TimeSource,
     Timestamp, Version,
 };
 
@@ -63,7 +63,7 @@ pub const DEFAULT_PREFIX: &str = "storage-lock/";
 pub struct EtcdStorage {
     client: Client,
     prefix: Arc<str>,
-    clock: Arc<dyn Clock>,
+    seen: Arc<Observations>,
     hub: Arc<Notifications<WatchSource>>,
 }
 
@@ -71,7 +71,7 @@ impl fmt::Debug for EtcdStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdStorage")
             .field("prefix", &self.prefix)
-            .field("clock", &self.clock)
+            .field("seen", &self.seen)
             .finish_non_exhaustive()
     }
 }
@@ -94,7 +94,7 @@ impl Default for EtcdStorageBuilder {
             user: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: Duration::from_secs(2),
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(MonotonicClock),
         }
     }
 }
@@ -116,7 +116,8 @@ fn invalid(reason: impl Into<String>) -> StorageError {
 }
 
 impl EtcdStorageBuilder {
-    /// A builder with defaults: prefix `storage-lock/`, 2 s per request, the system clock.
+    /// A builder with defaults: prefix `storage-lock/`, 2 s per request, observations timed on
+    /// [`MonotonicClock`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -192,8 +193,8 @@ impl EtcdStorageBuilder {
         self
     }
 
-    /// The clock expiry is judged by (default [`SystemClock`]); every client of the same
-    /// prefix must agree with it within the drift bound in the [crate docs](crate).
+    /// The clock this client times its observations on (default [`MonotonicClock`]; see the
+    /// [crate docs](crate)): only its rate matters, and it must not step backwards.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -245,7 +246,7 @@ impl EtcdStorageBuilder {
             })),
             client,
             prefix,
-            clock: self.clock,
+            seen: Arc::new(Observations::with_clock(self.clock)),
         };
         // A linearizable read: the cluster has a leader and answers.
         storage
@@ -339,7 +340,7 @@ impl Storage for EtcdStorage {
         Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_change_notifications(true)
-            .with_time_source(TimeSource::Injected)
+            .with_time_source(TimeSource::Observed)
             .with_round_trips(
                 "2 / 2 / 2 (a read of the record, then one compare-and-set Txn; a fresh key's \
                  first acquisition also reads the fencing floor before and after its create: 4)",
@@ -347,7 +348,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
-        Ok(self.clock.now())
+        Ok(self.seen.now())
     }
 
     async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
@@ -356,12 +357,14 @@ impl Storage for EtcdStorage {
             .get(self.full(key), None)
             .await
             .map_err(err("get"))?;
+        let received = self.seen.now();
         resp.kvs()
             .first()
             .map(|kv| {
+                let version = revision_version(kv.mod_revision());
                 Ok(Stored {
-                    record: decode_record(key, kv.value())?,
-                    version: revision_version(kv.mod_revision()),
+                    record: self.seen.read(key, &version, kv.value(), received)?,
+                    version,
                 })
             })
             .transpose()
@@ -390,6 +393,7 @@ impl Storage for EtcdStorage {
             .get(start, Some(options))
             .await
             .map_err(err("list"))?;
+        let received = self.seen.now();
         let mut rows = Vec::with_capacity(resp.kvs().len());
         for kv in resp.kvs() {
             let Some(key) = kv
@@ -400,11 +404,9 @@ impl Storage for EtcdStorage {
                 continue; // not a key this storage wrote
             };
             // A record that does not decode is reported with its key, not fatal to the page.
-            let row = match decode_record(key, kv.value()) {
-                Ok(record) => Ok(Stored {
-                    record,
-                    version: revision_version(kv.mod_revision()),
-                }),
+            let version = revision_version(kv.mod_revision());
+            let row = match self.seen.read(key, &version, kv.value(), received) {
+                Ok(record) => Ok(Stored { record, version }),
                 Err(StorageError::Corrupt { reason, .. }) => Err(reason),
                 Err(e) => return Err(e),
             };
@@ -426,16 +428,20 @@ impl Storage for EtcdStorage {
 impl Primitives for EtcdStorage {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let k = self.full(key);
-        let put = TxnOp::put(k.clone(), encode_record(record, 0), None);
-        self.cas(
-            "create",
-            Compare::create_revision(k, CompareOp::Equal, 0),
-            put,
-        )
-        .await?
-        .ok_or_else(|| StorageError::AlreadyExists {
-            key: key.to_owned(),
-        })
+        let (bytes, written) = self.seen.encode(record, 0);
+        let put = TxnOp::put(k.clone(), bytes, None);
+        let version = self
+            .cas(
+                "create",
+                Compare::create_revision(k, CompareOp::Equal, 0),
+                put,
+            )
+            .await?
+            .ok_or_else(|| StorageError::AlreadyExists {
+                key: key.to_owned(),
+            })?;
+        self.seen.wrote(key, &version, written);
+        Ok(version)
     }
 
     async fn update(
@@ -446,16 +452,20 @@ impl Primitives for EtcdStorage {
     ) -> Result<Version, StorageError> {
         let rev = expected_revision(key, expected)?;
         let k = self.full(key);
-        let put = TxnOp::put(k.clone(), encode_record(record, 0), None);
-        self.cas(
-            "update",
-            Compare::mod_revision(k, CompareOp::Equal, rev),
-            put,
-        )
-        .await?
-        .ok_or_else(|| StorageError::Conflict {
-            key: key.to_owned(),
-        })
+        let (bytes, written) = self.seen.encode(record, 0);
+        let put = TxnOp::put(k.clone(), bytes, None);
+        let version = self
+            .cas(
+                "update",
+                Compare::mod_revision(k, CompareOp::Equal, rev),
+                put,
+            )
+            .await?
+            .ok_or_else(|| StorageError::Conflict {
+                key: key.to_owned(),
+            })?;
+        self.seen.wrote(key, &version, written);
+        Ok(version)
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {

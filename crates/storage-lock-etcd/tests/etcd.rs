@@ -64,6 +64,27 @@ async fn the_documented_open_works() {
     assert!(storage.capabilities().linearizable_cas);
 }
 
+/// A second client whose clock runs an hour ahead finds a held lock busy (`clock: observed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy() {
+    let url = std::env::var("STORAGE_LOCK_ETCD_URL").expect("STORAGE_LOCK_ETCD_URL");
+    let ahead = EtcdStorageBuilder::from_url(&url)
+        .expect("a valid etcd URL")
+        .prefix("storage-lock-suite/")
+        .timeout(std::time::Duration::from_secs(10))
+        .clock(storage_lock_testkit::conformance::Ahead(
+            std::time::Duration::from_secs(3600),
+        ))
+        .open()
+        .await
+        .expect("connect to etcd");
+    storage_lock_testkit::conformance::a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy(
+        etcd().await,
+        ahead,
+    )
+    .await;
+}
+
 /// `host:port` of every member named by an `etcd://` URL (no credentials in the test's URL).
 fn endpoints(url: &str) -> Vec<String> {
     let hosts = url.trim_start_matches("etcd://");

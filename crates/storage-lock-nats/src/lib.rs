@@ -14,12 +14,15 @@
 //! * **Keys** are lock names in the bucket's key alphabet (see
 //!   [`storage_lock_core::storage::encoding::escape_key`]), so any lock name works.
 //!
-//! # Time: an injected clock
-//! JetStream has no clock API, so expiry is judged by a [`Clock`] injected at open — by default
-//! each client's [`SystemClock`] ([`TimeSource::Injected`]). If two clients' clocks differ by
-//! at most `δ`, a hold can be taken over up to `δ` before its holder's own clock ends it; keep
-//! clocks in sync (NTP) and leases much longer than `δ`, and check fencing tokens, which never
-//! repeat (they live in the record, which release never deletes).
+//! # Time: observed, never a wall clock
+//! JetStream has no clock API a client can read, so expiry is judged by observation
+//! ([`TimeSource::Observed`]; the rule and its proof are in
+//! [`storage_lock_core::storage::observed`]): a record carries the lease left when it was
+//! written, and a contender judges it expired once it has seen that revision unchanged for that
+//! long on its own monotonic clock. No client's wall clock decides anything, so a client whose
+//! clock runs ahead (or an NTP step) cannot take a held lock early. The cost: a contender that
+//! first reads a hold abandoned by a crashed holder waits one more lease from that read.
+//! Fencing tokens never repeat (they live in the record, which release never deletes).
 //!
 //! # What holds where
 //! Writes and reads here go to the stream leader (reads use the stream's message-get API, never
@@ -52,13 +55,12 @@ use async_nats::jetstream::message::StreamMessage;
 use async_nats::jetstream::stream::{LastRawMessageErrorKind, StorageType};
 use async_trait::async_trait;
 use futures_util::{StreamExt, TryStreamExt};
-use storage_lock_core::storage::encoding::{
-    decode_record, encode_record, escape_key, unescape_key,
-};
+use storage_lock_core::storage::encoding::{escape_key, unescape_key};
+use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::storage::url::UrlParts;
 use storage_lock_core::{
-    Capabilities, ChangeWait, Clock, Durability, LockRecord, NotificationSource, Notifications,
-    Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored, SystemClock,
+    Capabilities, ChangeWait, Clock, Durability, LockRecord, MonotonicClock, NotificationSource,
+    Notifications, Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored,
     TimeSource, Timestamp, Version,
 };
 
@@ -72,7 +74,7 @@ pub const DEFAULT_BUCKET: &str = "storage-lock";
 pub struct NatsStorage {
     store: Store,
     prefix: Arc<str>,
-    clock: Arc<dyn Clock>,
+    seen: Arc<Observations>,
     durability: Durability,
     hub: Arc<Notifications<WatchSource>>,
 }
@@ -110,7 +112,7 @@ impl Default for NatsStorageBuilder {
             replicas: 1,
             timeout: Duration::from_secs(2),
             allow_volatile: false,
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(MonotonicClock),
         }
     }
 }
@@ -158,7 +160,7 @@ fn check_server_version(version: &str) -> Result<(), StorageError> {
 
 impl NatsStorageBuilder {
     /// A builder with defaults: bucket `storage-lock`, no prefix, one replica (for a bucket it
-    /// creates), 2 s per request, the system clock.
+    /// creates), 2 s per request, observations timed on [`MonotonicClock`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -278,8 +280,8 @@ impl NatsStorageBuilder {
         self
     }
 
-    /// The clock expiry is judged by (default [`SystemClock`]); every client of the bucket
-    /// must agree with it within the drift bound in the [crate docs](crate).
+    /// The clock this client times its observations on (default [`MonotonicClock`]; see the
+    /// [crate docs](crate)): only its rate matters, and it must not step backwards.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -386,13 +388,45 @@ impl NatsStorageBuilder {
             })),
             store,
             prefix,
-            clock: self.clock,
+            seen: Arc::new(Observations::with_clock(self.clock)),
             durability,
         })
     }
 }
 
 impl NatsStorage {
+    /// A write of `value` expecting no message on the subject; if there is one and it is a
+    /// delete or purge marker, a write expecting that marker. Only a lost expectation is
+    /// `AlreadyExists`: any other failure (a timeout whose write may have landed) stays an error
+    /// of unknown outcome.
+    async fn create_value(&self, key: &str, value: bytes::Bytes) -> Result<Version, StorageError> {
+        let exists = || StorageError::AlreadyExists {
+            key: key.to_owned(),
+        };
+        let k = self.full(key);
+        match self.store.update(&k, value.clone(), 0).await {
+            Ok(rev) => return Ok(Version::from_u64(rev)),
+            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {}
+            Err(e) => return Err(StorageError::backend(NAME, "create", e)),
+        }
+        match self.last(key).await? {
+            Some(marker) if !is_value(&marker) => {
+                match self.store.update(&k, value, marker.sequence).await {
+                    Ok(rev) => Ok(Version::from_u64(rev)),
+                    Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(exists()),
+                    Err(e) => Err(StorageError::backend(NAME, "create", e)),
+                }
+            }
+            Some(_) => Err(exists()),
+            // Purged away between the two requests: nothing is known, the caller reads again.
+            None => Err(StorageError::backend(
+                NAME,
+                "create",
+                "the key changed during the create",
+            )),
+        }
+    }
+
     /// A builder.
     pub fn builder() -> NatsStorageBuilder {
         NatsStorageBuilder::new()
@@ -454,7 +488,7 @@ impl Storage for NatsStorage {
         let caps = Capabilities::linearizable()
             .with_conditional_delete(true)
             .with_change_notifications(true)
-            .with_time_source(TimeSource::Injected)
+            .with_time_source(TimeSource::Observed)
             .with_round_trips(
                 "2 / 2 / 2 (a read of the record, then one revision-checked write; a fresh \
                  key's first acquisition also reads the fencing floor before and after its \
@@ -471,15 +505,16 @@ impl Storage for NatsStorage {
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
-        Ok(self.clock.now())
+        Ok(self.seen.now())
     }
 
     async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
         match self.last(key).await? {
-            Some(m) if is_value(&m) => Ok(Some(Stored {
-                record: decode_record(key, &m.payload)?,
-                version: Version::from_u64(m.sequence),
-            })),
+            Some(m) if is_value(&m) => {
+                let version = Version::from_u64(m.sequence);
+                let record = self.seen.read(key, &version, &m.payload, self.seen.now())?;
+                Ok(Some(Stored { record, version }))
+            }
             _ => Ok(None),
         }
     }
@@ -519,36 +554,12 @@ impl Storage for NatsStorage {
 
 #[async_trait]
 impl Primitives for NatsStorage {
-    /// A write expecting no message on the subject; if there is one and it is a delete or purge
-    /// marker, a write expecting that marker. Only a lost expectation is `AlreadyExists`: any
-    /// other failure (a timeout whose write may have landed) stays an error of unknown outcome.
+    /// See [`NatsStorage::create_value`].
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        let value = bytes::Bytes::from(encode_record(record, 0));
-        let exists = || StorageError::AlreadyExists {
-            key: key.to_owned(),
-        };
-        let k = self.full(key);
-        match self.store.update(&k, value.clone(), 0).await {
-            Ok(rev) => return Ok(Version::from_u64(rev)),
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {}
-            Err(e) => return Err(StorageError::backend(NAME, "create", e)),
-        }
-        match self.last(key).await? {
-            Some(marker) if !is_value(&marker) => {
-                match self.store.update(&k, value, marker.sequence).await {
-                    Ok(rev) => Ok(Version::from_u64(rev)),
-                    Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(exists()),
-                    Err(e) => Err(StorageError::backend(NAME, "create", e)),
-                }
-            }
-            Some(_) => Err(exists()),
-            // Purged away between the two requests: nothing is known, the caller reads again.
-            None => Err(StorageError::backend(
-                NAME,
-                "create",
-                "the key changed during the create",
-            )),
-        }
+        let (value, written) = self.seen.encode(record, 0);
+        let version = self.create_value(key, value.into()).await?;
+        self.seen.wrote(key, &version, written);
+        Ok(version)
     }
 
     async fn update(
@@ -557,10 +568,14 @@ impl Primitives for NatsStorage {
         expected: &Version,
         record: &LockRecord,
     ) -> Result<Version, StorageError> {
-        let value = bytes::Bytes::from(encode_record(record, 0));
+        let (value, written) = self.seen.encode(record, 0);
         let rev = revision(key, expected)?;
-        match self.store.update(self.full(key), value, rev).await {
-            Ok(rev) => Ok(Version::from_u64(rev)),
+        match self.store.update(self.full(key), value.into(), rev).await {
+            Ok(rev) => {
+                let version = Version::from_u64(rev);
+                self.seen.wrote(key, &version, written);
+                Ok(version)
+            }
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
                 Err(StorageError::Conflict {
                     key: key.to_owned(),

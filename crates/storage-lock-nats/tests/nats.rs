@@ -120,6 +120,27 @@ async fn the_documented_open_works() {
     assert!(storage.capabilities().linearizable_cas);
 }
 
+/// A second client whose clock runs an hour ahead finds a held lock busy (`clock: observed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy() {
+    let holder = nats().await;
+    let url = std::env::var("STORAGE_LOCK_NATS_URL").expect("STORAGE_LOCK_NATS_URL");
+    let ahead = NatsStorageBuilder::from_url(&url)
+        .expect("a valid NATS URL")
+        .bucket("storage-lock-suite")
+        .timeout(std::time::Duration::from_secs(10))
+        .clock(storage_lock_testkit::conformance::Ahead(
+            std::time::Duration::from_secs(3600),
+        ))
+        .open()
+        .await
+        .expect("connect to NATS");
+    storage_lock_testkit::conformance::a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy(
+        holder, ahead,
+    )
+    .await;
+}
+
 /// A value under the prefix that is no storage-lock record is one bad row of a listing, named
 /// by its key (before, it failed the whole listing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,11 +151,12 @@ async fn a_corrupt_record_is_one_bad_row() {
     let client = async_nats::connect(server)
         .await
         .expect("a raw NATS client");
+    // Opened first: it creates the suite's bucket if no other case has yet.
+    let storage = nats().await;
     let bucket = async_nats::jetstream::new(client)
         .get_key_value("storage-lock-suite")
         .await
         .expect("the suite's bucket");
-    let storage = nats().await;
     storage_lock_testkit::conformance::a_corrupt_record_is_one_bad_row(storage, |key| async move {
         // The storage's key: the (empty) prefix, then the escaped lock name.
         let escaped = storage_lock_core::storage::encoding::escape_key(&key);

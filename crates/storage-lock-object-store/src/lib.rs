@@ -22,12 +22,17 @@
 //!   retry nothing: a failed request is an error of unknown outcome, which the engine resolves
 //!   by reading the record.
 //!
-//! # Time: an injected clock
-//! The object store APIs have no clock, so expiry is judged by a [`Clock`] injected at open —
-//! by default each client's [`SystemClock`] ([`TimeSource::Injected`]). If two clients' clocks
-//! differ by at most `δ`, a hold can be taken over up to `δ` before its holder's own clock ends
-//! it; keep clocks in sync (NTP) and leases much longer than `δ`, and check fencing tokens,
-//! which never repeat (they live in the record, which release never deletes).
+//! # Time: observed, never a wall clock
+//! The object store APIs have no clock a client can read (a `Date` header has whole seconds and
+//! `object_store` does not pass it on), so expiry is judged by observation
+//! ([`TimeSource::Observed`]; the rule and its proof are in
+//! [`storage_lock_core::storage::observed`]): a record carries the lease left when it was
+//! written, and a contender judges it expired once it has seen that ETag unchanged for that long
+//! on its own monotonic clock (the nonce makes every write's ETag new). No client's wall clock
+//! decides anything, so a client whose clock runs ahead (or an NTP step) cannot take a held lock
+//! early. The cost: a contender that first reads a hold abandoned by a crashed holder waits one
+//! more lease from that read. Fencing tokens never repeat (they live in the record, which
+//! release never deletes).
 //!
 //! # What holds where
 //! * **Amazon S3** (conditional writes since 2024; strongly consistent reads), **Google Cloud
@@ -54,12 +59,11 @@ use async_trait::async_trait;
 use futures_util::TryStreamExt;
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
-use storage_lock_core::storage::encoding::{
-    decode_record, encode_record, escape_key, unescape_key,
-};
+use storage_lock_core::storage::encoding::{escape_key, unescape_key};
+use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::{
     Capabilities, Clock, LockRecord, Page, PageRequest, Primitives, Storage, StorageError, Stored,
-    SystemClock, TimeSource, Timestamp, Version,
+    TimeSource, Timestamp, Version,
 };
 
 const NAME: &str = "object-store";
@@ -69,7 +73,7 @@ const NAME: &str = "object-store";
 pub struct ObjectStoreStorage {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
-    clock: Arc<dyn Clock>,
+    seen: Arc<Observations>,
 }
 
 impl fmt::Debug for ObjectStoreStorage {
@@ -82,7 +86,7 @@ impl fmt::Debug for ObjectStoreStorage {
 }
 
 impl ObjectStoreStorage {
-    /// Locks under `prefix` in `store`, judged by the system clock.
+    /// Locks under `prefix` in `store`, observations timed on [`MonotonicClock`](storage_lock_core::MonotonicClock).
     ///
     /// Prefer a store that does not retry requests (`RetryConfig { max_retries: 0, .. }`), so
     /// that an outage surfaces within one request timeout; retries are safe either way (see the
@@ -106,15 +110,15 @@ impl ObjectStoreStorage {
         Self {
             store,
             prefix: prefix.into(),
-            clock: Arc::new(SystemClock),
+            seen: Arc::new(Observations::new()),
         }
     }
 
-    /// The same storage judged by `clock`; every client of the prefix must agree with it within
-    /// the drift bound in the [crate docs](crate).
+    /// The same storage timing its observations on `clock` (see the [crate docs](crate)): only
+    /// its rate matters, and it must not step backwards.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.seen = Arc::new(Observations::with_clock(clock));
         self
     }
 
@@ -154,7 +158,18 @@ impl ObjectStoreStorage {
         record: &LockRecord,
         mode: PutMode,
     ) -> Result<Version, object_store::Error> {
-        let bytes = encode_record(record, rand::random());
+        let (bytes, written) = self.seen.encode(record, rand::random());
+        let version = self.put_bytes(key, bytes, mode).await?;
+        self.seen.wrote(key, &version, written);
+        Ok(version)
+    }
+
+    async fn put_bytes(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+        mode: PutMode,
+    ) -> Result<Version, object_store::Error> {
         let opts = PutOptions {
             mode,
             ..PutOptions::default()
@@ -213,7 +228,8 @@ impl fmt::Debug for ObjectStoreStorageBuilder {
 }
 
 impl ObjectStoreStorageBuilder {
-    /// A builder with no store yet (set one with [`Self::store`]), no prefix, the system clock.
+    /// A builder with no store yet (set one with [`Self::store`]), no prefix, observations timed
+    /// on [`MonotonicClock`](storage_lock_core::MonotonicClock).
     pub fn new() -> Self {
         Self::default()
     }
@@ -303,8 +319,8 @@ impl ObjectStoreStorageBuilder {
         self
     }
 
-    /// The clock that judges expiry (default: the system clock; see the crate docs' drift
-    /// bound).
+    /// The clock this client times its observations on (default [`MonotonicClock`](storage_lock_core::MonotonicClock); see the
+    /// [crate docs](crate)): only its rate matters, and it must not step backwards.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
         self
@@ -321,7 +337,10 @@ impl ObjectStoreStorageBuilder {
         Ok(ObjectStoreStorage {
             store,
             prefix: self.prefix,
-            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            seen: Arc::new(match self.clock {
+                Some(clock) => Observations::with_clock(clock),
+                None => Observations::new(),
+            }),
         })
     }
 
@@ -367,7 +386,7 @@ impl Storage for ObjectStoreStorage {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::linearizable()
-            .with_time_source(TimeSource::Injected)
+            .with_time_source(TimeSource::Observed)
             .with_round_trips(
                 "2 / 2 / 2 (a GET of the record, then one conditional PUT; a fresh key's first \
                  acquisition also GETs the fencing floor before and after its create: 4)",
@@ -375,7 +394,7 @@ impl Storage for ObjectStoreStorage {
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
-        Ok(self.clock.now())
+        Ok(self.seen.now())
     }
 
     async fn get(&self, key: &str) -> Result<Option<Stored>, StorageError> {
@@ -390,10 +409,8 @@ impl Storage for ObjectStoreStorage {
         };
         let version = version_of(got.meta.e_tag.clone(), got.meta.version.clone());
         let bytes = got.bytes().await.map_err(err("get"))?;
-        Ok(Some(Stored {
-            record: decode_record(key, &bytes)?,
-            version,
-        }))
+        let record = self.seen.read(key, &version, &bytes, self.seen.now())?;
+        Ok(Some(Stored { record, version }))
     }
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {

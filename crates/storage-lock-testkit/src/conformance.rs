@@ -985,3 +985,65 @@ where
             .expect("a sweep skips the bad record");
     }
 }
+
+/// A clock that reads `by` ahead of [`storage_lock_core::MonotonicClock`]: a client whose wall
+/// clock runs ahead (or was stepped forward) when its process started.
+#[derive(Debug, Clone, Copy)]
+pub struct Ahead(pub Duration);
+
+impl Clock for Ahead {
+    fn now(&self) -> storage_lock_core::Timestamp {
+        storage_lock_core::MonotonicClock
+            .now()
+            .saturating_add(self.0)
+    }
+}
+
+/// No wall clock decides expiry: `ahead`, a second client of the same store whose clock runs
+/// an hour ahead of `holder`'s ([`Ahead`]), finds a held lock busy for (about) the lease the
+/// holder took, not an hour less; once that short lease has run out it takes the lock, and its
+/// token is higher. For every storage whose expiry is the storage's own clock or observed
+/// ([`storage_lock_core::TimeSource::Server`] / [`storage_lock_core::TimeSource::Observed`]);
+/// a storage that compares an injected clock across clients fails it by design.
+pub async fn a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy<S: Storage, T: Storage>(
+    holder: S,
+    ahead: T,
+) {
+    let key = unique_prefix("skew") + "k";
+    let lease = Duration::from_millis(1500);
+    let first = fencing_of(
+        &holder
+            .acquire_once(&key, &request(OwnerId::random(), lease, false))
+            .await
+            .unwrap(),
+    );
+    let contender = request(OwnerId::random(), Duration::from_secs(30), false);
+    let busy = ahead.acquire_once(&key, &contender).await.unwrap();
+    let left = busy
+        .busy_for()
+        .unwrap_or_else(|| panic!("a contender an hour ahead took a held lock: {busy:?}"));
+    assert!(
+        left > Duration::from_millis(500) && left <= lease,
+        "the contender sees {left:?} left of a {lease:?} lease"
+    );
+    // Liveness: once the lease has run out on the contender's own clock, it takes the lock.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let second = loop {
+        match ahead.acquire_once(&key, &contender).await.unwrap() {
+            AcquireOutcome::Acquired { fencing, .. } => break fencing,
+            busy => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "a lease of {lease:?} never ran out for the contender: {busy:?}"
+                );
+                tokio::time::sleep(
+                    busy.busy_for()
+                        .unwrap_or_default()
+                        .max(Duration::from_millis(10)),
+                )
+                .await;
+            }
+        }
+    };
+    assert!(second > first, "token {second} after {first}");
+}

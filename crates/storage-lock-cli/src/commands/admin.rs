@@ -125,6 +125,12 @@ pub async fn check(args: CheckArgs, url: Option<&str>, _quiet: bool) -> Result<u
     };
     let (clock, clock_text) = match caps.time_source {
         TimeSource::Server => ("storage", "the storage's own clock"),
+        TimeSource::Observed => (
+            "observed",
+            "none shared: a contender takes a hold over only after seeing the same version of \
+             it for the whole lease left in it, on its own monotonic clock (wall clocks play no \
+             part)",
+        ),
         TimeSource::Injected => (
             "client",
             "each client's own clock (one that runs ahead of the others by d ends their \

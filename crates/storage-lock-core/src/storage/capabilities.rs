@@ -8,6 +8,11 @@ pub enum TimeSource {
     Server,
     /// A [`crate::Clock`] injected at construction; its drift bound is the injector's promise.
     Injected,
+    /// No clock is shared: a client judges a record expired once it has seen that version of
+    /// it unchanged for the lease the writer left in it, timed on its own monotonic clock
+    /// (see [`crate::storage::observed`]). No client's wall clock plays a part (etcd, NATS
+    /// JetStream KV, object storage).
+    Observed,
     /// None: the storage cannot judge expiry.
     None,
 }

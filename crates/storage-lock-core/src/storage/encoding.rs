@@ -10,7 +10,14 @@
 //!
 //! ```text
 //! sl1 <owner: 32 hex> <count> <fencing> <acquired_at ms> <expires_at ms> <nonce: 16 hex>[ h <pid> <len>:<host>[ n <len>:<note>]]
+//! sl2 <owner: 32 hex> <count> <fencing> <acquired_at ms> <expires_at ms> <left ms> <nonce: 16 hex>[ h …]
 //! ```
+//!
+//! `sl2` ([`encode_observed`]) adds the lease **left** when the record was written: the only
+//! time a reader trusts in it (see [`super::observed`]); its two timestamps are the writer's,
+//! for people. A reader of `sl1` (written by an older version) takes `expires_at −
+//! acquired_at` as the lease left: never less than the truth, so never an early takeover. An
+//! older version refuses `sl2` as an unknown format: it fails, it does not take a held lock.
 //!
 //! Host and note are length-prefixed (in bytes), so they may hold spaces and newlines. The
 //! **nonce** makes two writes of equal records differ: storages whose version is a content hash
@@ -19,10 +26,12 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{HolderInfo, LockRecord, OwnerId, StorageError, Timestamp};
 
 const MAGIC: &str = "sl1";
+const OBSERVED: &str = "sl2";
 
 /// Encodes `record` with `nonce` (draw a fresh random one for every write whose version is a
 /// content hash; any value otherwise).
@@ -45,17 +54,49 @@ const MAGIC: &str = "sl1";
 /// # Ok::<(), storage_lock_core::StorageError>(())
 /// ```
 pub fn encode_record(record: &LockRecord, nonce: u64) -> Vec<u8> {
+    encode(record, None, nonce)
+}
+
+/// Encodes `record` as `sl2`, with `left`, the lease left at the write (see the module docs).
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use storage_lock_core::storage::encoding::{decode_observed, encode_observed};
+/// use storage_lock_core::{LockRecord, OwnerId, Timestamp};
+/// let record = LockRecord {
+///     owner: OwnerId::from_u128(7),
+///     count: 1,
+///     fencing: 42,
+///     acquired_at: Timestamp::from_millis(1_000),
+///     expires_at: Timestamp::from_millis(31_000),
+///     holder: None,
+/// };
+/// let bytes = encode_observed(&record, Duration::from_secs(20), 1);
+/// assert_eq!(decode_observed("deploy", &bytes)?, (record, Duration::from_secs(20)));
+/// # Ok::<(), storage_lock_core::StorageError>(())
+/// ```
+pub fn encode_observed(record: &LockRecord, left: Duration, nonce: u64) -> Vec<u8> {
+    encode(record, Some(left), nonce)
+}
+
+fn encode(record: &LockRecord, left: Option<Duration>, nonce: u64) -> Vec<u8> {
     let mut out = String::with_capacity(96);
     // Writing to a String cannot fail.
     let _ = write!(
         out,
-        "{MAGIC} {:032x} {} {} {} {} {nonce:016x}",
+        "{} {:032x} {} {} {} {}",
+        if left.is_some() { OBSERVED } else { MAGIC },
         record.owner.as_u128(),
         record.count,
         record.fencing,
         record.acquired_at.as_millis(),
         record.expires_at.as_millis(),
     );
+    if let Some(left) = left {
+        let _ = write!(out, " {}", left.as_millis());
+    }
+    let _ = write!(out, " {nonce:016x}");
     if let Some(h) = &record.holder {
         let _ = write!(out, " h {} {}:{}", h.pid, h.host.len(), h.host);
         if let Some(note) = &h.note {
@@ -65,20 +106,32 @@ pub fn encode_record(record: &LockRecord, nonce: u64) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// Decodes what [`encode_record`] wrote under `key`.
+/// Decodes what [`encode_record`] or [`encode_observed`] wrote under `key` (the lease left, if
+/// any, is dropped).
 ///
 /// # Errors
 /// [`StorageError::Corrupt`] (naming `key` and what is wrong) for anything else; never panics.
 pub fn decode_record(key: &str, bytes: &[u8]) -> Result<LockRecord, StorageError> {
+    decode_observed(key, bytes).map(|(record, _)| record)
+}
+
+/// Decodes what [`encode_observed`] (or [`encode_record`]) wrote under `key`, with the lease
+/// left at the write (for `sl1`: `expires_at − acquired_at`, an upper bound).
+///
+/// # Errors
+/// As [`decode_record`].
+pub fn decode_observed(key: &str, bytes: &[u8]) -> Result<(LockRecord, Duration), StorageError> {
     let corrupt = |reason: &str| StorageError::Corrupt {
         key: key.to_owned(),
         reason: format!("not a storage-lock record: {reason}"),
     };
     let text = std::str::from_utf8(bytes).map_err(|_| corrupt("not UTF-8"))?;
     let mut cur = Cursor(text);
-    if cur.word() != Some(MAGIC) {
-        return Err(corrupt("unknown format"));
-    }
+    let observed = match cur.word() {
+        Some(MAGIC) => false,
+        Some(OBSERVED) => true,
+        _ => return Err(corrupt("unknown format")),
+    };
     let owner = cur
         .word()
         .and_then(|w| w.parse::<OwnerId>().ok())
@@ -93,6 +146,14 @@ pub fn decode_record(key: &str, bytes: &[u8]) -> Result<LockRecord, StorageError
     let expires_at = cur
         .number::<u64>()
         .ok_or_else(|| corrupt("bad expires_at"))?;
+    let left = if observed {
+        Duration::from_millis(
+            cur.number::<u64>()
+                .ok_or_else(|| corrupt("bad lease left"))?,
+        )
+    } else {
+        Duration::from_millis(expires_at.saturating_sub(acquired_at))
+    };
     cur.word()
         .filter(|w| w.len() == 16 && u64::from_str_radix(w, 16).is_ok())
         .ok_or_else(|| corrupt("bad nonce"))?;
@@ -113,14 +174,15 @@ pub fn decode_record(key: &str, bytes: &[u8]) -> Result<LockRecord, StorageError
     if !cur.0.is_empty() {
         return Err(corrupt("trailing bytes"));
     }
-    Ok(LockRecord {
+    let record = LockRecord {
         owner,
         count,
         fencing,
         acquired_at: Timestamp::from_millis(acquired_at),
         expires_at: Timestamp::from_millis(expires_at),
         holder,
-    })
+    };
+    Ok((record, left))
 }
 
 struct Cursor<'a>(&'a str);

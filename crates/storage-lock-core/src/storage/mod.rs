@@ -22,6 +22,7 @@ mod change;
 mod defaults;
 pub mod encoding;
 mod error;
+pub mod observed;
 pub mod ops;
 mod record;
 pub mod url;
