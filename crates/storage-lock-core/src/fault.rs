@@ -256,6 +256,10 @@ impl<S: Storage> Primitives for FaultyStorage<S> {
             .delete(key, expected)
             .await
     }
+
+    fn known(&self, key: &str) -> Option<Stored> {
+        self.inner.primitives()?.known(key)
+    }
 }
 
 /// A view of a storage that exposes only its primitives, so the **default** lock operations
@@ -309,5 +313,9 @@ impl<S: Storage> Primitives for PrimitivesOnly<S> {
         primitives_of(&self.0, "delete")?
             .delete(key, expected)
             .await
+    }
+
+    fn known(&self, key: &str) -> Option<Stored> {
+        self.0.primitives()?.known(key)
     }
 }

@@ -3,9 +3,13 @@
 //! * **Compare-and-set** is one `Txn` per write: `create_revision == 0` to create, `mod_revision
 //!   == expected` to update or delete. The record's version is its `mod_revision`, so every
 //!   write yields a version never seen before for that key, even after a delete.
-//! * **Lock operations** are the engine's defaults on these primitives: a read and one `Txn`
-//!   (two round trips). etcd compares bytes, not the times inside a record, so a lock
-//!   operation cannot be decided on the server in one round trip.
+//! * **Lock operations** are the engine's defaults on these primitives: one compare-and-set
+//!   `Txn` on the version of the record this storage last wrote or saw (its own writes, its
+//!   reads, and every record the watch delivers; [`Primitives::known`]), so a holder's renewal
+//!   and release, and a waiter's acquisition after the watch showed it the release, take one
+//!   round trip; a record not known yet is read first (two). etcd compares bytes, not the
+//!   times inside a record, so a lock operation on an unknown record cannot be decided on the
+//!   server in one round trip.
 //! * **Waiting** is push-driven: each storage keeps one `watch` over its prefix (multiplexed
 //!   over every waiting key, re-established after a failure); a waiter re-tries on the next
 //!   change of its key, never by polling.
@@ -42,8 +46,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp, WatchOptions,
-    WatchStream,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KvClient, Txn, TxnOp,
+    WatchOptions, WatchStream,
 };
 use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::storage::url::UrlParts;
@@ -239,14 +243,16 @@ impl EtcdStorageBuilder {
         .map_err(|_| StorageError::backend(NAME, "open", "connect timed out"))?
         .map_err(err("open"))?;
         let prefix: Arc<str> = self.prefix.into();
+        let seen = Arc::new(Observations::with_clock(self.clock));
         let storage = EtcdStorage {
             hub: Arc::new(Notifications::new(WatchSource {
                 client: client.clone(),
                 prefix: prefix.clone(),
+                seen: seen.clone(),
             })),
             client,
             prefix,
-            seen: Arc::new(Observations::with_clock(self.clock)),
+            seen,
         };
         // A linearizable read: the cluster has a leader and answers.
         storage
@@ -342,8 +348,10 @@ impl Storage for EtcdStorage {
             .with_change_notifications(true)
             .with_time_source(TimeSource::Observed)
             .with_round_trips(
-                "2 / 2 / 2 (a read of the record, then one compare-and-set Txn; a fresh key's \
-                 first acquisition also reads the fencing floor before and after its create: 4)",
+                "1 / 1 / 1 when the record is known (the holder's renewal and release, its next \
+                 acquisition, a waiter's acquisition after the watch showed it the release): one \
+                 compare-and-set Txn; otherwise a read first (2); a fresh key's first \
+                 acquisition also reads the fencing floor before and after its create (4)",
             )
     }
 
@@ -358,6 +366,9 @@ impl Storage for EtcdStorage {
             .await
             .map_err(err("get"))?;
         let received = self.seen.now();
+        if resp.kvs().is_empty() {
+            self.seen.forget(key);
+        }
         resp.kvs()
             .first()
             .map(|kv| {
@@ -426,6 +437,10 @@ impl Storage for EtcdStorage {
 
 #[async_trait]
 impl Primitives for EtcdStorage {
+    fn known(&self, key: &str) -> Option<Stored> {
+        self.seen.known(key)
+    }
+
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let k = self.full(key);
         let (bytes, written) = self.seen.encode(record, 0);
@@ -478,17 +493,20 @@ impl Primitives for EtcdStorage {
             del,
         )
         .await?
-        .map(drop)
         .ok_or_else(|| StorageError::Conflict {
             key: key.to_owned(),
-        })
+        })?;
+        self.seen.forget(key);
+        Ok(())
     }
 }
 
-/// One `watch` over the storage's prefix, behind its notification hub.
+/// One `watch` over the storage's prefix, behind its notification hub; every record it
+/// carries becomes the storage's hint for its key ([`Primitives::known`]).
 struct WatchSource {
     client: Client,
     prefix: Arc<str>,
+    seen: Arc<Observations>,
 }
 
 /// A created watch and the keys of events not yet handed out.
@@ -534,15 +552,24 @@ impl NotificationSource for WatchSource {
                 Ok(Some(resp)) if resp.canceled() => return SourceEvent::Disconnected,
                 Ok(Some(resp)) => {
                     for event in resp.events() {
-                        let key = event.kv().and_then(|kv| {
-                            kv.key()
+                        let Some((key, kv)) = event.kv().and_then(|kv| {
+                            let key = kv
+                                .key()
                                 .strip_prefix(self.prefix.as_bytes())
-                                .and_then(|k| std::str::from_utf8(k).ok())
-                        });
-                        conn.pending.push_back(match key {
-                            Some(k) => SourceEvent::Changed(k.to_owned()),
-                            None => SourceEvent::MayHaveMissed,
-                        });
+                                .and_then(|k| std::str::from_utf8(k).ok())?;
+                            Some((key, kv))
+                        }) else {
+                            conn.pending.push_back(SourceEvent::MayHaveMissed);
+                            continue;
+                        };
+                        match event.event_type() {
+                            EventType::Put => {
+                                self.seen
+                                    .saw(key, &revision_version(kv.mod_revision()), kv.value())
+                            }
+                            EventType::Delete => self.seen.forget(key),
+                        }
+                        conn.pending.push_back(SourceEvent::Changed(key.to_owned()));
                     }
                 }
                 Ok(None) | Err(_) => return SourceEvent::Disconnected,

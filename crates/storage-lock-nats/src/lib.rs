@@ -4,9 +4,11 @@
 //!   the key has no value (or only a delete marker), `update` and `delete` only if the key's
 //!   last revision is the expected one. A revision is the stream sequence of the write, which
 //!   the stream never reuses, so every write yields a version never seen before for its key.
-//! * **Lock operations** are the engine's defaults on these primitives: a read and one
-//!   revision-checked write (two round trips). The server compares revisions, not the times
-//!   inside a record, so a lock operation cannot be decided on the server in one round trip.
+//! * **Lock operations** are the engine's defaults on these primitives: one revision-checked
+//!   write on the version of the record this storage last wrote or saw (its own writes, its
+//!   reads, and every record the watch delivers; [`Primitives::known`]), so a holder's renewal
+//!   and release, and a waiter's acquisition after the watch showed it the release, take one
+//!   round trip; a record not known yet is read first (two).
 //! * **Waiting** is push-driven: each storage keeps one KV `watch` over the bucket (multiplexed
 //!   over every waiting key, re-established after a failure); no polling.
 //! * **Release** writes a tombstone (the fencing token stays in the record); `sweep` writes a
@@ -381,14 +383,16 @@ impl NatsStorageBuilder {
             durability = Durability::Unverified;
         }
         let prefix: Arc<str> = escape_key(&self.prefix).into();
+        let seen = Arc::new(Observations::with_clock(self.clock));
         Ok(NatsStorage {
             hub: Arc::new(Notifications::new(WatchSource {
                 store: store.clone(),
                 prefix: prefix.clone(),
+                seen: seen.clone(),
             })),
             store,
             prefix,
-            seen: Arc::new(Observations::with_clock(self.clock)),
+            seen,
             durability,
         })
     }
@@ -490,9 +494,10 @@ impl Storage for NatsStorage {
             .with_change_notifications(true)
             .with_time_source(TimeSource::Observed)
             .with_round_trips(
-                "2 / 2 / 2 (a read of the record, then one revision-checked write; a fresh \
-                 key's first acquisition also reads the fencing floor before and after its \
-                 create: 4)",
+                "1 / 1 / 1 when the record is known (the holder's renewal and release, its next \
+                 acquisition, a waiter's acquisition after the watch showed it the release): one \
+                 revision-checked write; otherwise a read first (2); a fresh key's first \
+                 acquisition also reads the fencing floor before and after its create (4)",
             );
         match self.durability {
             Durability::Unverified => caps.with_unverified_durability(
@@ -515,7 +520,10 @@ impl Storage for NatsStorage {
                 let record = self.seen.read(key, &version, &m.payload, self.seen.now())?;
                 Ok(Some(Stored { record, version }))
             }
-            _ => Ok(None),
+            _ => {
+                self.seen.forget(key);
+                Ok(None)
+            }
         }
     }
 
@@ -554,6 +562,10 @@ impl Storage for NatsStorage {
 
 #[async_trait]
 impl Primitives for NatsStorage {
+    fn known(&self, key: &str) -> Option<Stored> {
+        self.seen.known(key)
+    }
+
     /// See [`NatsStorage::create_value`].
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let (value, written) = self.seen.encode(record, 0);
@@ -592,7 +604,10 @@ impl Primitives for NatsStorage {
             .delete_expect_revision(self.full(key), Some(rev))
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.seen.forget(key);
+                Ok(())
+            }
             Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
                 Err(StorageError::Conflict {
                     key: key.to_owned(),
@@ -603,10 +618,12 @@ impl Primitives for NatsStorage {
     }
 }
 
-/// One KV watch over the bucket, behind the storage's notification hub.
+/// One KV watch over the bucket, behind the storage's notification hub; every record it
+/// carries becomes the storage's hint for its key ([`Primitives::known`]).
 struct WatchSource {
     store: Store,
     prefix: Arc<str>,
+    seen: Arc<Observations>,
 }
 
 #[async_trait]
@@ -625,6 +642,14 @@ impl NotificationSource for WatchSource {
                     // Keys of other users of the bucket (another prefix) wake nobody.
                     if let Some(name) = entry.key.strip_prefix(&*self.prefix).and_then(unescape_key)
                     {
+                        match entry.operation {
+                            kv::Operation::Put => self.seen.saw(
+                                &name,
+                                &Version::from_u64(entry.revision),
+                                &entry.value,
+                            ),
+                            _ => self.seen.forget(&name),
+                        }
                         return SourceEvent::Changed(name);
                     }
                 }

@@ -12,7 +12,9 @@
 //!   everywhere), and `sweep` is not supported ([`Capabilities::conditional_delete`] is false):
 //!   a swept key could not keep its fencing token safely. Records of released locks stay; they
 //!   are a few hundred bytes each.
-//! * **Lock operations** are the engine's defaults: a GET and a conditional PUT (two requests).
+//! * **Lock operations** are the engine's defaults: one conditional PUT on the ETag of the
+//!   record this storage last wrote or read ([`Primitives::known`]), so a holder's renewal and
+//!   release take one request; a record not known yet is read first (a GET, two requests).
 //! * **Waiting** backs off with jitter: object stores deliver no change notifications that a
 //!   client could wait on.
 //! * **A lost race is checked before it is reported.** A conditional PUT retried after a lost
@@ -388,8 +390,10 @@ impl Storage for ObjectStoreStorage {
         Capabilities::linearizable()
             .with_time_source(TimeSource::Observed)
             .with_round_trips(
-                "2 / 2 / 2 (a GET of the record, then one conditional PUT; a fresh key's first \
-                 acquisition also GETs the fencing floor before and after its create: 4)",
+                "1 / 1 / 1 when the record is known (the holder's renewal and release, its next \
+                 acquisition of the key): one conditional PUT; otherwise a GET first (2); a fresh \
+                 key's first acquisition also GETs the fencing floor before and after its create \
+                 (4)",
             )
     }
 
@@ -404,7 +408,10 @@ impl Storage for ObjectStoreStorage {
             .await
         {
             Ok(got) => got,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(object_store::Error::NotFound { .. }) => {
+                self.seen.forget(key);
+                return Ok(None);
+            }
             Err(e) => return Err(err("get")(e)),
         };
         let version = version_of(got.meta.e_tag.clone(), got.meta.version.clone());
@@ -448,6 +455,10 @@ impl Storage for ObjectStoreStorage {
 
 #[async_trait]
 impl Primitives for ObjectStoreStorage {
+    fn known(&self, key: &str) -> Option<Stored> {
+        self.seen.known(key)
+    }
+
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         match self.put(key, record, PutMode::Create).await {
             Ok(v) => Ok(v),

@@ -27,6 +27,12 @@ fn suite_url() -> String {
     format!("{url}{sep}timeout=10s")
 }
 
+/// The holder's renewal, release and re-acquisition take one request each (the hint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_record_saves_the_read() {
+    storage_lock_testkit::conformance::a_known_record_saves_the_read(s3().await).await;
+}
+
 /// A second client whose clock runs an hour ahead finds a held lock busy (`clock: observed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy() {

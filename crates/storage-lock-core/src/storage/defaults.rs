@@ -2,6 +2,9 @@
 //!
 //! Each one reads the record, applies a rule from [`super::ops`], and writes conditionally on
 //! the version it read; a typed conflict means someone else wrote in between, so it reads again.
+//! Where the storage knows the record already ([`Primitives::known`]) the first attempt decides
+//! on that instead of reading: a current hint saves the read, a stale one costs a failed
+//! compare-and-set, and a "busy" or "not held" decided on a hint is decided again on a read.
 
 use std::time::Duration;
 
@@ -17,13 +20,15 @@ pub(super) async fn try_acquire<S: Primitives + ?Sized>(
     key: &str,
     req: &AcquireRequest,
 ) -> Result<AcquireOutcome, StorageError> {
+    let mut hint = s.known(key);
     loop {
         let now = s.now().await?;
-        let current = s.get(key).await?;
+        let (current, hinted) = current(s, key, &mut hint).await?;
         let record = match current.as_ref().map(|c| &c.record) {
             Some(rec) if rec.is_held_at(now) => {
                 // Busy or reentry: the floor plays no part.
                 match ops::decide_acquire(Some(rec), 0, now, req) {
+                    AcquireDecision::Busy(_) if hinted => continue,
                     AcquireDecision::Busy(outcome) => return Ok(outcome),
                     AcquireDecision::Reenter { count, expires_at } => LockRecord {
                         count,
@@ -67,6 +72,19 @@ pub(super) async fn try_acquire<S: Primitives + ?Sized>(
     }
 }
 
+/// The record to decide on: the hint if one is left (taken, so a retry reads), else a read;
+/// and whether it was the hint.
+async fn current<S: Primitives + ?Sized>(
+    s: &S,
+    key: &str,
+    hint: &mut Option<Stored>,
+) -> Result<(Option<Stored>, bool), StorageError> {
+    match hint.take() {
+        Some(known) => Ok((Some(known), true)),
+        None => Ok((s.get(key).await?, false)),
+    }
+}
+
 /// After `record` was created under `version`: if the fencing floor has reached its token,
 /// raises the token above the floor (compare-and-set on `version`). `None` if the record
 /// changed meanwhile (only possible once its lease ran out): acquire again.
@@ -97,13 +115,17 @@ pub(super) async fn renew<S: Primitives + ?Sized>(
     owner: OwnerId,
     lease: Duration,
 ) -> Result<RenewOutcome, StorageError> {
+    let mut hint = s.known(key);
     loop {
         let now = s.now().await?;
-        let current = s.get(key).await?;
+        let (current, hinted) = current(s, key, &mut hint).await?;
         let (Some(c), Some(expires_at)) = (
             current.as_ref(),
             ops::decide_renew(current.as_ref().map(|c| &c.record), owner, now, lease),
         ) else {
+            if hinted {
+                continue;
+            }
             return Ok(RenewOutcome::NotHeld);
         };
         let record = LockRecord {
@@ -127,13 +149,17 @@ pub(super) async fn release<S: Primitives + ?Sized>(
     key: &str,
     owner: OwnerId,
 ) -> Result<ReleaseOutcome, StorageError> {
+    let mut hint = s.known(key);
     loop {
         let now = s.now().await?;
-        let current = s.get(key).await?;
+        let (current, hinted) = current(s, key, &mut hint).await?;
         let (Some(c), Some(release)) = (
             current.as_ref(),
             ops::decide_release(current.as_ref().map(|c| &c.record), owner, now),
         ) else {
+            if hinted {
+                continue;
+            }
             return Ok(ReleaseOutcome::NotHeld);
         };
         let record = LockRecord {

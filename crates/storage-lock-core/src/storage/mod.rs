@@ -167,6 +167,17 @@ pub trait Primitives: Storage {
         record: &LockRecord,
     ) -> Result<Version, StorageError>;
 
+    /// The record this storage last wrote or saw under `key`, with its version, if it keeps
+    /// one (default: `None`). A **hint**: the default lock operations try their compare-and-set
+    /// on its version before they read (one request instead of two when it is current), and
+    /// read again before they answer busy or not-held on it. It must be a record this storage
+    /// really read or wrote under that version, with `expires_at` as [`Storage::get`] would
+    /// report it (see [`observed`]).
+    fn known(&self, key: &str) -> Option<Stored> {
+        let _ = key;
+        None
+    }
+
     /// Deletes the record iff its version is `expected`. Optional
     /// ([`Capabilities::conditional_delete`]); release never deletes, only [`StorageExt::sweep`] does.
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {

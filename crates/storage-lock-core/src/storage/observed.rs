@@ -31,9 +31,17 @@
 //! lock (a tombstone) is free at once, and a client that was already waiting saw the last
 //! renewal and so waits no longer than on a store with a clock.
 //!
+//! # The last record known, as a hint
+//! Each entry also keeps the record as last written or seen (by a read, a write of this client,
+//! or a change notification: [`Self::saw`](Observations::saw)). [`crate::Primitives::known`]
+//! hands it to the default lock operations, which try their compare-and-set on its version
+//! before they read: the holder's renewal and release, and a waiter's acquisition after a
+//! change notification, take one request instead of two. A hint is never trusted for a "no":
+//! a busy or not-held decision made on it is made again on a fresh read.
+//!
 //! # Memory
-//! One entry per key read (its version and when it was first seen), dropped all at once past
-//! [`MAX_REMEMBERED`] keys: forgetting only makes a client wait longer, never less.
+//! One entry per key read (its version, when it was first seen, and the record), dropped all at
+//! once past [`MAX_REMEMBERED`] keys: forgetting only makes a client wait longer, never less.
 
 use super::encoding::{decode_observed, encode_observed};
 use super::{LockRecord, StorageError, Timestamp, Version};
@@ -80,7 +88,15 @@ pub const MAX_REMEMBERED: usize = 100_000;
 /// ```
 pub struct Observations {
     clock: Arc<dyn Clock>,
-    seen: Mutex<HashMap<Box<str>, (Version, Timestamp)>>,
+    seen: Mutex<HashMap<Box<str>, Seen>>,
+}
+
+/// What is known of one key: the version, when this client first saw it, and the record with
+/// its `expires_at` on this client's clock.
+struct Seen {
+    version: Version,
+    first_seen: Timestamp,
+    record: LockRecord,
 }
 
 impl fmt::Debug for Observations {
@@ -98,10 +114,10 @@ impl Default for Observations {
 }
 
 /// What [`Observations::encode`] hands to [`Observations::wrote`]: when the write's lease
-/// started counting.
-#[derive(Debug, Clone, Copy)]
+/// started counting, and the record as this client reads it back.
+#[derive(Debug, Clone)]
 #[must_use = "pass it to `Observations::wrote` once the write is acknowledged"]
-pub struct Written(Timestamp);
+pub struct Written(Timestamp, LockRecord);
 
 impl Observations {
     /// Observations timed on [`MonotonicClock`].
@@ -128,12 +144,44 @@ impl Observations {
     pub fn encode(&self, record: &LockRecord, nonce: u64) -> (Vec<u8>, Written) {
         let now = self.now();
         let left = record.expires_at.saturating_since(now);
-        (encode_observed(record, left, nonce), Written(now))
+        let mine = LockRecord {
+            expires_at: now.saturating_add(left),
+            ..record.clone()
+        };
+        (encode_observed(record, left, nonce), Written(now, mine))
     }
 
     /// Records that the write encoded as `written` made `version` of `key`.
     pub fn wrote(&self, key: &str, version: &Version, written: Written) {
-        self.remember(key, version.clone(), written.0);
+        self.remember(key, version.clone(), written.0, written.1);
+    }
+
+    /// The record last written, read or seen under `key`, with its version, as [`Self::read`]
+    /// returned it (see the [module docs](self) for how it may be used).
+    pub fn known(&self, key: &str) -> Option<super::Stored> {
+        self.lock().get(key).map(|seen| super::Stored {
+            record: seen.record.clone(),
+            version: seen.version.clone(),
+        })
+    }
+
+    /// A change notification carried `version` of `key` (`bytes`): remembered as a read that
+    /// returned now, unless a later numeric version is known already (notifications can trail
+    /// this client's own writes). Bytes that are not a record are ignored.
+    pub fn saw(&self, key: &str, version: &Version, bytes: &[u8]) {
+        if let (Some(new), Some(known)) = (
+            version.as_u64(),
+            self.lock().get(key).and_then(|s| s.version.as_u64()),
+        ) && new < known
+        {
+            return;
+        }
+        let _ = self.read(key, version, bytes, self.now());
+    }
+
+    /// `key` is gone (deleted): nothing is known of it.
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
     }
 
     /// Decodes `bytes`, read as `version` of `key` by a request that returned at `received`
@@ -150,32 +198,33 @@ impl Observations {
         received: Timestamp,
     ) -> Result<LockRecord, StorageError> {
         let (mut record, left) = decode_observed(key, bytes)?;
-        let first_seen = self.first_seen(key, version, received);
+        let first_seen = match self.lock().get(key) {
+            Some(seen) if seen.version == *version => seen.first_seen,
+            _ => received,
+        };
         record.expires_at = first_seen.saturating_add(left);
+        self.remember(key, version.clone(), first_seen, record.clone());
         Ok(record)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, (Version, Timestamp)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Seen>> {
         // The map holds plain values: a panic elsewhere cannot leave it half-updated.
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn first_seen(&self, key: &str, version: &Version, received: Timestamp) -> Timestamp {
-        if let Some((v, at)) = self.lock().get(key)
-            && v == version
-        {
-            return *at;
-        }
-        self.remember(key, version.clone(), received);
-        received
-    }
-
-    fn remember(&self, key: &str, version: Version, at: Timestamp) {
+    fn remember(&self, key: &str, version: Version, first_seen: Timestamp, record: LockRecord) {
         let mut seen = self.lock();
         if seen.len() >= MAX_REMEMBERED && !seen.contains_key(key) {
             seen.clear();
         }
-        seen.insert(key.into(), (version, at));
+        seen.insert(
+            key.into(),
+            Seen {
+                version,
+                first_seen,
+                record,
+            },
+        );
     }
 }
 
@@ -258,7 +307,12 @@ mod tests {
         seen.read("k", &v, &bytes, seen.now()).unwrap();
         clock.advance(Duration::from_secs(2));
         for i in 0..MAX_REMEMBERED {
-            seen.remember(&format!("other{i}"), v.clone(), seen.now());
+            seen.remember(
+                &format!("other{i}"),
+                v.clone(),
+                seen.now(),
+                hold(seen.now(), Duration::ZERO),
+            );
         }
         assert!(
             seen.read("k", &v, &bytes, seen.now())
