@@ -6,6 +6,7 @@
 //! * [`semantics`] — the lock contract: every row of the semantics matrix, reentrancy, lease
 //!   expiry, watchdog, contention under an [`OverlapDetector`], fencing monotonicity across
 //!   release/expiry/sweep, cancel safety, the lost signal, hand-off on release.
+//! * [`cluster`] — clients of a replicated store contending while members fail.
 //! * [`multiprocess`] — OS processes contending on one storage, checked through shared files.
 //! * [`proxy`] — a loopback TCP proxy that cuts connections, for connection-loss tests.
 //! * [`restart`] — a server process of the test's own, killed and restarted, and the check that
@@ -22,6 +23,7 @@
 //! storage_lock_testkit::storage_lock_suites!(storage);
 //! ```
 
+pub mod cluster;
 pub mod conformance;
 pub mod multiprocess;
 pub mod overlap;

@@ -75,6 +75,32 @@ impl ServerProcess {
         }
     }
 
+    /// Stops the process with `SIGSTOP` (a member that is cut off: it answers nothing and
+    /// keeps its state) until [`Self::resume`].
+    ///
+    /// # Panics
+    /// If the process is not running or the signal cannot be sent.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Continues a process stopped by [`Self::pause`] (`SIGCONT`).
+    ///
+    /// # Panics
+    /// As [`Self::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, which: &str) {
+        let pid = self.child.as_ref().expect("the server is running").id();
+        let status = Command::new("kill")
+            .args([which, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {which} {pid}: {status}");
+    }
+
     /// Kills it and starts it again with the same arguments (same data directory).
     pub fn restart(&mut self) {
         self.kill();
@@ -89,6 +115,16 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        if self.child.is_some() {
+            // A paused process would not die of SIGKILL before it is continued on every
+            // kernel; continue it first (an error only means it is gone).
+            let _ = Command::new("kill")
+                .args([
+                    "-CONT",
+                    &self.child.as_ref().map_or(0, Child::id).to_string(),
+                ])
+                .status();
+        }
         self.kill();
     }
 }
