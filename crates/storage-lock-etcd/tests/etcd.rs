@@ -207,6 +207,16 @@ async fn a_known_record_saves_the_read() {
     storage_lock_testkit::conformance::a_known_record_saves_the_read(etcd().await).await;
 }
 
+/// A waiter woken by the release (the watch carries the record) takes the lock in one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_takes_the_lock_in_one_request() {
+    storage_lock_testkit::conformance::a_woken_waiter_takes_the_lock_in_one_request(
+        etcd().await,
+        etcd().await,
+    )
+    .await;
+}
+
 /// A second client whose clock runs an hour ahead finds a held lock busy (`clock: observed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy() {

@@ -1107,3 +1107,60 @@ pub async fn a_known_record_saves_the_read<S: Storage>(s: S) {
         "busy is answered on a read"
     );
 }
+
+/// For a storage whose change notifications carry records into its hints (etcd's and NATS's
+/// watch): a waiter woken by the holder's release knows the freed record without reading it,
+/// and takes the lock with one compare-and-set and no read.
+pub async fn a_woken_waiter_takes_the_lock_in_one_request<S: Storage, T: Storage>(
+    holder: S,
+    waiter: T,
+) {
+    use storage_lock_core::fault::{FaultyStorage, Op, PrimitivesOnly};
+    let key = unique_prefix("woken") + "k";
+    let (a, b) = (OwnerId::random(), OwnerId::random());
+    let lease = Duration::from_secs(30);
+    let first = fencing_of(
+        &holder
+            .acquire_once(&key, &request(a, lease, false))
+            .await
+            .unwrap(),
+    );
+    let counted = Arc::new(FaultyStorage::new(waiter));
+    let w = PrimitivesOnly(counted.clone());
+    let busy = w
+        .acquire_once(&key, &request(b, lease, false))
+        .await
+        .unwrap();
+    assert!(busy.busy_for().is_some(), "{busy:?}");
+    let freed = || {
+        counted
+            .primitives()
+            .and_then(|p| p.known(&key))
+            .is_some_and(|k| k.record.count == 0)
+    };
+    let mut wait = counted.wait_for_change(&key).await.unwrap();
+    assert!(
+        wait.is_supported(),
+        "the storage must deliver notifications"
+    );
+    holder.release(&key, a).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !freed() {
+        tokio::time::timeout_at(deadline, wait.changed())
+            .await
+            .expect("the release reached the waiter's hint within 30 s");
+        wait = counted.wait_for_change(&key).await.unwrap();
+    }
+    let reads = counted.calls(Op::Get);
+    let second = fencing_of(
+        &w.acquire_once(&key, &request(b, lease, false))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(second, first + 1);
+    assert_eq!(
+        counted.calls(Op::Get) - reads,
+        0,
+        "the woken waiter read nothing"
+    );
+}
