@@ -566,7 +566,8 @@ impl Primitives for NatsStorage {
         self.seen.known(key)
     }
 
-    /// See [`NatsStorage::create_value`].
+    /// A write expecting no message on the subject, or the delete marker left by a release:
+    /// only a lost expectation is `AlreadyExists`; a timeout stays an error of unknown outcome.
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let (value, written) = self.seen.encode(record, 0);
         let version = self.create_value(key, value.into()).await?;
