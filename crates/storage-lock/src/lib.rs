@@ -15,7 +15,7 @@
 //! | `sqlite://PATH[?table=NAME]` | `SqliteStorage` (processes on one host) | `sqlite` (default) |
 //! | `postgres://…[?table=NAME&schema=NAME]` | `PostgresStorage` | `postgres` |
 //! | `mysql://…[?table=NAME]` (also `mariadb://`) | `MysqlStorage` | `mysql` |
-//! | `redis://…[?prefix=PREFIX]` | `RedisStorage` | `redis` |
+//! | `redis://…[?prefix=PREFIX&cluster=true&replicas=N]` | `RedisStorage` (also a Redis Cluster) | `redis` |
 //! | `etcd://host:2379[,host:2379…][?prefix=PREFIX&timeout=2s]` | `EtcdStorage` | `etcd` |
 //! | `nats://host:4222[,…][?bucket=B&prefix=P&replicas=3&timeout=2s]` | `NatsStorage` | `nats` |
 //! | `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=2s]` | `ObjectStoreStorage` | `object-store` |
