@@ -279,4 +279,4 @@ sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_du
 
 # The NATS URL says durability=unverified: its R1 bucket is durable because this server runs
 # with sync_interval: always, which clients cannot read (the CLI warns until the URL says so).
-export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli}"
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli}"

@@ -1,6 +1,6 @@
 #![allow(missing_docs)]
-//! PostgreSQL, MySQL/MariaDB, Redis, etcd, NATS JetStream KV and S3: the engine against the raw
-//! backend operation in the same run.
+//! PostgreSQL, MySQL/MariaDB, Redis (one server and a cluster), etcd, NATS JetStream KV and S3:
+//! the engine against the raw backend operation in the same run.
 //!
 //! ```text
 //! . scripts/services.sh && cargo bench -p storage-lock --all-features --bench backends
@@ -574,6 +574,92 @@ async fn redis_bench(url: &str) {
     );
 }
 
+/// The engine on the Redis Cluster of `url` (its primary of the prefix's slot), without and
+/// with `replicas=1`, against the raw commands on the same slot: `SET NX PX` + the
+/// compare-and-delete script, and with `replicas=1` each followed by `WAIT 1` as the engine
+/// does. The ratio is the cost of the engine's scripts; the rows side by side give the cost of
+/// waiting for the replica.
+async fn redis_cluster_bench(url: &str) {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+    let seed = url.split('?').next().unwrap_or(url).to_owned();
+    let client = redis::cluster::ClusterClient::new(vec![seed.as_str()]).unwrap();
+    let mut conn = client.get_async_connection().await.unwrap();
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("{storage-lock-bench}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let primary = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+        slot,
+        SlotAddr::Master,
+    )));
+    let cad = redis::Script::new(COMPARE_AND_DELETE);
+    for replicas in [0u32, 1] {
+        let locks = connect(&format!(
+            "{seed}?cluster=true&replicas={replicas}&prefix={{storage-lock-bench}}:"
+        ))
+        .await
+        .unwrap();
+        for clients in [1, 16] {
+            let raw_op = || {
+                let (c2, s2, p2) = (conn.clone(), cad.clone(), primary.clone());
+                move |c: usize| {
+                    let (mut conn, cad, primary) = (c2.clone(), s2.clone(), p2.clone());
+                    async move {
+                        let k = format!("{{storage-lock-bench}}raw-lock-{c}");
+                        let ok: Option<String> = redis::cmd("SET")
+                            .arg(&k)
+                            .arg("owner")
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(30_000)
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        assert!(ok.is_some());
+                        let wait = redis::cmd("WAIT").arg(replicas).arg(1000).clone();
+                        if replicas > 0 {
+                            conn.route_command(&wait, primary.clone()).await.unwrap();
+                        }
+                        let _: i64 = cad
+                            .key(&k)
+                            .arg("owner")
+                            .invoke_async(&mut conn)
+                            .await
+                            .unwrap();
+                        if replicas > 0 {
+                            conn.route_command(&wait, primary).await.unwrap();
+                        }
+                    }
+                }
+            };
+            let (each, engine, raw) =
+                alternating(clients, || engine_op(locks.clone()), raw_op).await;
+            let name = if replicas == 0 {
+                format!("SET NX PX + CAD, {}", rounds_note(&each))
+            } else {
+                format!("SET NX PX + CAD, each + WAIT 1, {}", rounds_note(&each))
+            };
+            row(
+                &format!("Redis Cluster, replicas={replicas}"),
+                clients,
+                &engine,
+                &name,
+                &raw,
+            );
+        }
+        if replicas == 1 {
+            let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
+            println!(
+                "| Redis Cluster hand-off (pub/sub), replicas=1 | p50 {} ms | p99 {} ms |",
+                ms(p50),
+                ms(p99)
+            );
+        }
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it:
     // then only check that it starts.
@@ -593,7 +679,8 @@ fn main() {
         "| backend | clients | engine cycles/s | baseline cycles/s | ratio | engine p50 / p99 ms | baseline p50 / p99 ms |"
     );
     println!("|---|---|---|---|---|---|---|");
-    // STORAGE_LOCK_BENCH=redis (or postgres, mysql) runs one backend only.
+    // STORAGE_LOCK_BENCH=redis (or postgres, mysql, redis-cluster, etcd, nats, s3) runs one
+    // backend only.
     let only = std::env::var("STORAGE_LOCK_BENCH").ok();
     let wanted = |b: &str| only.as_deref().is_none_or(|o| o == b);
     if wanted("postgres") {
@@ -604,6 +691,9 @@ fn main() {
     }
     if wanted("redis") {
         rt.block_on(redis_bench(&var("STORAGE_LOCK_REDIS_URL")));
+    }
+    if wanted("redis-cluster") {
+        rt.block_on(redis_cluster_bench(&var("STORAGE_LOCK_REDIS_CLUSTER_URL")));
     }
     if wanted("etcd") {
         rt.block_on(etcd_bench(&var("STORAGE_LOCK_ETCD_URL")));
