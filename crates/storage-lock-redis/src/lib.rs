@@ -8,7 +8,8 @@
 //!   (unmarked releases publish nothing; a force release, an `update` that frees a key,
 //!   publishes after it); each storage keeps **one** pub/sub connection,
 //!   multiplexed over all waiting keys and re-established after a connection loss.
-//! * Commands go through a [`ConnectionManager`] that reconnects by itself; while Redis is
+//! * Commands go through a [`ConnectionManager`](redis::aio::ConnectionManager) (on a cluster,
+//!   a [`ClusterConnection`](redis::cluster_async::ClusterConnection)) that reconnects by itself; while Redis is
 //!   unreachable, operations fail fast, so held handles turn lost at their local deadline
 //!   (fail-closed) and acquisitions work again once Redis is back.
 //!
