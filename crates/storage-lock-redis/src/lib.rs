@@ -32,7 +32,9 @@
 //!   replicas without the durability settings (a replica restarted with nothing on disk
 //!   resyncs from its primary, which is fine, but a primary and replica that restart together
 //!   forget everything). It costs a second round trip per operation, and a write waits for
-//!   the slowest of the `n` replicas.
+//!   the slowest of the `n` replicas. `WAIT` blocks the connection it is sent on until the
+//!   replicas answer, so with `replicas` the storage spreads its writes over four connections
+//!   (each write and its `WAIT` on one) instead of queueing every operation behind one `WAIT`.
 //! * **Redis Cluster** (`?cluster=true`): the URL names any node; the client learns the slot
 //!   map, follows `MOVED`/`ASK` and refreshes the map after a failover. Each script touches
 //!   the record and the fencing-floor record, which must hash to one slot: the prefix must
@@ -81,6 +83,10 @@ const NAME: &str = "redis";
 /// The key prefix used unless configured otherwise.
 pub const DEFAULT_PREFIX: &str = "storage-lock:";
 
+/// Connections for writes when [`RedisStorageBuilder::replicas`] is set: each `WAIT` blocks
+/// one connection, so this many writes (with their `WAIT`s) can be in flight at once.
+const WRITERS: usize = 4;
+
 /// The key prefix used on a cluster unless configured otherwise: its hash tag puts every key
 /// of the storage in one slot.
 pub const DEFAULT_CLUSTER_PREFIX: &str = "{storage-lock}:";
@@ -88,7 +94,13 @@ pub const DEFAULT_CLUSTER_PREFIX: &str = "{storage-lock}:";
 /// Locks in Redis; see the [crate docs](crate).
 #[derive(Clone)]
 pub struct RedisStorage {
+    /// Reads, keyless commands and the slot map.
     conn: Conn,
+    /// Connections for writes: `conn` alone without `replicas`; with it, [`WRITERS`]
+    /// connections, because `WAIT` blocks the connection it is sent on until the replicas
+    /// answer, and every operation multiplexed behind it would wait in series.
+    writers: Arc<[Conn]>,
+    next_writer: Arc<AtomicUsize>,
     /// `WAIT` for this many replicas after each write (0: no `WAIT`).
     replicas: u32,
     wait_timeout: Duration,
@@ -312,8 +324,8 @@ impl RedisStorageBuilder {
             }
             .to_owned()
         });
-        let conn = if self.cluster {
-            let Some(tag) = conn::hash_tag(&prefix) else {
+        let cluster = if self.cluster {
+            if conn::hash_tag(&prefix).is_none() {
                 return Err(StorageError::config(
                     NAME,
                     format!(
@@ -321,34 +333,52 @@ impl RedisStorageBuilder {
                          {prefix:?}): a lock's record and the fencing floor must share a slot"
                     ),
                 ));
-            };
+            }
             let cluster = redis::cluster::ClusterClientBuilder::new(vec![url.as_str()])
                 .response_timeout(self.response_timeout)
                 .connection_timeout(self.response_timeout)
                 .retries(2)
                 .build()
                 .map_err(err("open"))?;
-            let mut conn = cluster.get_async_connection().await.map_err(err("open"))?;
-            let slot: u16 = redis::cmd("CLUSTER")
-                .arg("KEYSLOT")
-                .arg(format!("{{{tag}}}"))
-                .query_async(&mut conn)
-                .await
-                .map_err(err("open"))?;
-            Conn::Cluster { conn, slot }
+            Some(cluster)
         } else {
-            let config = ConnectionManagerConfig::new()
-                .set_response_timeout(self.response_timeout)
-                .set_connection_timeout(self.response_timeout)
-                .set_number_of_retries(1)
-                .set_max_delay(500);
-            Conn::Single(
-                client
-                    .get_connection_manager_with_config(config)
-                    .await
-                    .map_err(err("open"))?,
-            )
+            None
         };
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(self.response_timeout)
+            .set_connection_timeout(self.response_timeout)
+            .set_number_of_retries(1)
+            .set_max_delay(500);
+        let mut writers = Vec::new();
+        let mut slot = None;
+        for _ in 0..if self.replicas == 0 { 1 } else { WRITERS } {
+            writers.push(match &cluster {
+                Some(cluster) => {
+                    let mut conn = cluster.get_async_connection().await.map_err(err("open"))?;
+                    let slot = match slot {
+                        Some(slot) => slot,
+                        None => {
+                            let tag = conn::hash_tag(&prefix).unwrap_or_default();
+                            let s: u16 = redis::cmd("CLUSTER")
+                                .arg("KEYSLOT")
+                                .arg(format!("{{{tag}}}"))
+                                .query_async(&mut conn)
+                                .await
+                                .map_err(err("open"))?;
+                            *slot.insert(s)
+                        }
+                    };
+                    Conn::Cluster { conn, slot }
+                }
+                None => Conn::Single(
+                    client
+                        .get_connection_manager_with_config(config.clone())
+                        .await
+                        .map_err(err("open"))?,
+                ),
+            });
+        }
+        let conn = writers[0].clone();
         let durability = check_durability(&conn, self.allow_volatile).await?;
         let channel: Arc<str> = format!("{prefix}changes").into();
         let hub = Arc::new(Notifications::new(PubSubSource {
@@ -359,6 +389,8 @@ impl RedisStorageBuilder {
         }));
         Ok(RedisStorage {
             conn,
+            writers: writers.into(),
+            next_writer: Arc::new(AtomicUsize::new(0)),
             replicas: self.replicas,
             wait_timeout: self.response_timeout,
             prefix: prefix.into(),
@@ -451,15 +483,20 @@ impl RedisStorage {
         format!("{}{key}", self.prefix)
     }
 
+    /// The connection for one write (and its `WAIT`): the next of [`Self::writers`] in turn.
+    fn writer(&self) -> Conn {
+        let i = self.next_writer.fetch_add(1, Ordering::Relaxed);
+        self.writers[i % self.writers.len()].clone()
+    }
+
     /// With [`RedisStorageBuilder::replicas`] set: waits until that many replicas hold the
-    /// writes this connection sent so far (`WAIT`); fewer in time is an error of unknown
+    /// writes `writer` sent so far (`WAIT`); fewer in time is an error of unknown
     /// outcome.
-    async fn replicated(&self, operation: &'static str) -> Result<(), StorageError> {
+    async fn replicated(&self, writer: &Conn, operation: &'static str) -> Result<(), StorageError> {
         if self.replicas == 0 {
             return Ok(());
         }
-        let got = self
-            .conn
+        let got = writer
             .wait_replicas(self.replicas, self.wait_timeout / 2)
             .await
             .map_err(err(operation))?;
@@ -798,6 +835,7 @@ impl Storage for RedisStorage {
         key: &str,
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
+        let mut writer = self.writer();
         let mut inv = self.scripts.acquire.key(self.redis_key(key));
         inv.key(self.redis_key(FENCING_FLOOR_KEY))
             .arg(version_arg(&Version::random()))
@@ -806,7 +844,7 @@ impl Storage for RedisStorage {
             .arg(if req.reentrant { "1" } else { "0" });
         holder_args(&mut inv, req.holder.as_deref());
         let reply: Vec<Value> = inv
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut writer)
             .await
             .map_err(err("acquire"))?;
         if int(key, reply.first())? == 1 {
@@ -815,7 +853,7 @@ impl Storage for RedisStorage {
                 count: u32::try_from(uint(key, reply.get(2))?).map_err(|e| corrupt(key, e))?,
                 expires_at: Timestamp::from_millis(uint(key, reply.get(3))?),
             };
-            self.replicated("acquire").await?;
+            self.replicated(&writer, "acquire").await?;
             return Ok(granted);
         }
         let holder = text(reply.get(3)).map(|host| {
@@ -838,6 +876,7 @@ impl Storage for RedisStorage {
         owner: OwnerId,
         lease: Duration,
     ) -> Result<RenewOutcome, StorageError> {
+        let mut writer = self.writer();
         let expires: i64 = self
             .scripts
             .renew
@@ -845,12 +884,12 @@ impl Storage for RedisStorage {
             .arg(version_arg(&Version::random()))
             .arg(owner.to_string())
             .arg(lease_millis(lease))
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut writer)
             .await
             .map_err(err("renew"))?;
         Ok(match u64::try_from(expires) {
             Ok(ms) => {
-                self.replicated("renew").await?;
+                self.replicated(&writer, "renew").await?;
                 RenewOutcome::Renewed {
                     expires_at: Timestamp::from_millis(ms),
                 }
@@ -864,6 +903,7 @@ impl Storage for RedisStorage {
         &self,
         renewals: &[RenewRequest<'_>],
     ) -> Result<Vec<Result<RenewOutcome, StorageError>>, StorageError> {
+        let mut writer = self.writer();
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
@@ -874,10 +914,7 @@ impl Storage for RedisStorage {
                 .arg(r.owner.to_string())
                 .arg(lease_millis(r.lease));
         }
-        let expiries: Vec<i64> = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(err("renew"))?;
+        let expiries: Vec<i64> = call.invoke_async(&mut writer).await.map_err(err("renew"))?;
         if expiries.len() != renewals.len() {
             return Err(StorageError::backend(
                 NAME,
@@ -886,7 +923,7 @@ impl Storage for RedisStorage {
             ));
         }
         if expiries.iter().any(|&e| e >= 0) {
-            self.replicated("renew").await?;
+            self.replicated(&writer, "renew").await?;
         }
         Ok(expiries
             .into_iter()
@@ -902,6 +939,7 @@ impl Storage for RedisStorage {
     }
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
+        let mut writer = self.writer();
         let (left, fencing): (i64, String) = self
             .scripts
             .release
@@ -910,7 +948,7 @@ impl Storage for RedisStorage {
             .arg(owner.to_string())
             .arg(&*self.channel)
             .arg(key)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut writer)
             .await
             .map_err(err("release"))?;
         Ok(match u32::try_from(left) {
@@ -919,7 +957,7 @@ impl Storage for RedisStorage {
                     key: key.to_owned(),
                     reason: "the fencing token is not a u64".to_owned(),
                 })?;
-                self.replicated("release").await?;
+                self.replicated(&writer, "release").await?;
                 ReleaseOutcome::Released { remaining, fencing }
             }
             Err(_) => ReleaseOutcome::NotHeld,
@@ -938,15 +976,13 @@ impl Storage for RedisStorage {
 #[async_trait]
 impl Primitives for RedisStorage {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
+        let mut writer = self.writer();
         let version = Version::random();
         let mut inv = self.scripts.create.key(self.redis_key(key));
         record_args(&mut inv, &version, record);
-        let created: i64 = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(err("create"))?;
+        let created: i64 = inv.invoke_async(&mut writer).await.map_err(err("create"))?;
         if created == 1 {
-            self.replicated("create").await?;
+            self.replicated(&writer, "create").await?;
             Ok(version)
         } else {
             Err(StorageError::AlreadyExists {
@@ -961,16 +997,14 @@ impl Primitives for RedisStorage {
         expected: &Version,
         record: &LockRecord,
     ) -> Result<Version, StorageError> {
+        let mut writer = self.writer();
         let version = Version::random();
         let mut inv = self.scripts.update.key(self.redis_key(key));
         inv.arg(version_arg(expected));
         record_args(&mut inv, &version, record);
-        let updated: i64 = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(err("update"))?;
+        let updated: i64 = inv.invoke_async(&mut writer).await.map_err(err("update"))?;
         if updated == 1 {
-            self.replicated("update").await?;
+            self.replicated(&writer, "update").await?;
             if record.count == 0 && !storage_lock_core::storage::ops::is_reserved_key(key) {
                 self.announce_free(key).await;
             }
@@ -983,16 +1017,17 @@ impl Primitives for RedisStorage {
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
+        let mut writer = self.writer();
         let deleted: i64 = self
             .scripts
             .delete
             .key(self.redis_key(key))
             .arg(version_arg(expected))
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut writer)
             .await
             .map_err(err("delete"))?;
         if deleted == 1 {
-            self.replicated("delete").await
+            self.replicated(&writer, "delete").await
         } else {
             Err(StorageError::Conflict {
                 key: key.to_owned(),
