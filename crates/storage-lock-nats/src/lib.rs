@@ -421,13 +421,11 @@ impl NatsStorage {
                     Err(e) => Err(StorageError::backend(NAME, "create", e)),
                 }
             }
-            Some(_) => Err(exists()),
-            // Purged away between the two requests: nothing is known, the caller reads again.
-            None => Err(StorageError::backend(
-                NAME,
-                "create",
-                "the key changed during the create",
-            )),
+            // No message (yet): on a clustered stream the leader rejects a write whose subject
+            // has a write in flight (error 10164) before that write is applied, so the read
+            // that follows can still find nothing; or the key was purged in between. Either
+            // way the expectation was lost: the caller reads again.
+            Some(_) | None => Err(exists()),
         }
     }
 
