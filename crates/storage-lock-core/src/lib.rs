@@ -10,6 +10,7 @@
 //! | hold a lock counted by an explicit owner id (reentrant) | [`StorageLock::lock_reentrant`] |
 //! | serve locks to remote clients that name their owner (idempotent retries) | [`StorageLock::acquire_as`] |
 //! | add a backend | implement the reads of [`Storage`] and the writes of [`Primitives`] (`primitives()` returns `Some(self)`), override lock operations the store can decide in one round trip, then stamp the suites of `storage-lock-testkit` with one macro call |
+//! | hold several names as one, or let at most N hold a name | [`kinds`]: [`kinds::acquire_all`], [`kinds::Semaphore`] |
 //! | make a protected resource reject stale holders | [`FencedResource`] and the fencing token of a [`LockHandle`] |
 //!
 //! # Data flow
@@ -42,6 +43,7 @@ pub mod engine;
 pub mod fault;
 pub mod fenced;
 pub mod hold;
+pub mod kinds;
 pub mod lock;
 pub mod memory;
 mod small_key;

@@ -6,6 +6,9 @@
 //! * [`semantics`] — the lock contract: every row of the semantics matrix, reentrancy, lease
 //!   expiry, watchdog, contention under an [`OverlapDetector`], fencing monotonicity across
 //!   release/expiry/sweep, cancel safety, the lost signal, hand-off on release.
+//! * [`kinds`] — the lock kinds: multi-locks (deadlock-free in any order, all or nothing, lost
+//!   with any part) and semaphores (the N bound under an overlap detector per slot, crashed
+//!   holders' permits coming back, the limit record, k permits at once).
 //! * [`cluster`] — clients of a replicated store contending while members fail.
 //! * [`multiprocess`] — OS processes contending on one storage, checked through shared files.
 //! * [`proxy`] — a loopback TCP proxy that cuts connections, for connection-loss tests.
@@ -25,6 +28,7 @@
 
 pub mod cluster;
 pub mod conformance;
+pub mod kinds;
 pub mod multiprocess;
 pub mod overlap;
 pub mod proxy;
@@ -192,12 +196,23 @@ macro_rules! __cases {
                 a_broken_hold_is_lost_at_once_and_release_says_so,
                 fencing_tokens_stop_well_before_the_storage_bound,
             ];
+            kinds_shared: [
+                multi_lock_in_any_order_neither_deadlocks_nor_overlaps,
+                multi_lock_is_all_or_nothing,
+                multi_lock_is_lost_when_a_part_is_lost,
+            ];
+            kinds_local: [
+                semaphore_admits_at_most_its_permits,
+                semaphore_permit_of_a_crashed_holder_comes_back,
+                semaphore_with_another_limit_is_refused,
+                semaphore_takes_k_permits_all_or_nothing,
+            ];
         }
     };
-    (@pick $cb:path, $make:block, all; conformance: [$($c:ident),* $(,)?]; shared: [$($s:ident),* $(,)?]; local: [$($l:ident),* $(,)?];) => {
-        $cb! { $make; conformance: [$($c),*]; semantics: [$($s,)* $($l),*]; }
+    (@pick $cb:path, $make:block, all; conformance: [$($c:ident),* $(,)?]; shared: [$($s:ident),* $(,)?]; local: [$($l:ident),* $(,)?]; kinds_shared: [$($ks:ident),* $(,)?]; kinds_local: [$($kl:ident),* $(,)?];) => {
+        $cb! { $make; conformance: [$($c),*]; semantics: [$($s,)* $($l),*]; kinds: [$($ks,)* $($kl),*]; }
     };
-    (@pick $cb:path, $make:block, remote; conformance: [$($c:ident),* $(,)?]; shared: [$($s:ident),* $(,)?]; local: [$($l:ident),* $(,)?];) => {
-        $cb! { $make; semantics: [$($s),*]; }
+    (@pick $cb:path, $make:block, remote; conformance: [$($c:ident),* $(,)?]; shared: [$($s:ident),* $(,)?]; local: [$($l:ident),* $(,)?]; kinds_shared: [$($ks:ident),* $(,)?]; kinds_local: [$($kl:ident),* $(,)?];) => {
+        $cb! { $make; semantics: [$($s),*]; kinds: [$($ks),*]; }
     };
 }

@@ -27,7 +27,7 @@ fn opts(wait: Wait, lease: Duration) -> AcquireOptions {
 
 /// Waits (up to 60 s: a loaded machine) until the engine behind `rx` reports `kind` for `key`:
 /// a test synchronises on the event instead of sleeping for it.
-async fn until_event(
+pub(crate) async fn until_event(
     rx: &mut tokio::sync::broadcast::Receiver<storage_lock_core::LockEvent>,
     key: &str,
     kind: LockEventKind,

@@ -42,6 +42,9 @@
 mod connect;
 
 pub use connect::{ConnectError, connect, connect_storage, schemes};
+/// Lock kinds built on the exclusive lock: [`kinds::acquire_all`] (several names as one) and
+/// [`kinds::Semaphore`] (at most N holders); see the module's table for which to pick.
+pub use storage_lock_core::kinds;
 pub use storage_lock_core::{
     AcquireOptions, Busy, DistributedLock, FencedResource, KeyNormalizer, Lease, LockError,
     LockEvent, LockEventKind, LockHandle, MAX_NAME_LEN, MemoryStorage, PrefixNormalizer,

@@ -66,6 +66,18 @@ pub enum LockError {
         /// The lock name.
         name: String,
     },
+    /// A semaphore of this name exists with another number of permits (its limit record says
+    /// so): taking a permit would let more holders in than one of the two allows. Nothing is
+    /// held. See [`crate::kinds::limit_key`] to change the number.
+    #[error("semaphore {name:?} has {stored} permits in the storage, not {permits}")]
+    SemaphoreLimitMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The number of permits this semaphore was made with.
+        permits: u32,
+        /// The number the storage keeps for the name.
+        stored: u64,
+    },
     /// The storage failed; for acquisitions, anything the storage may have granted is being
     /// released in the background.
     #[error(transparent)]

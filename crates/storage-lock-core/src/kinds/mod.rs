@@ -1,0 +1,51 @@
+//! Lock kinds built on the exclusive lock: several names held as one ([`acquire_all`]) and
+//! counting semaphores ([`Semaphore`]).
+//!
+//! # Which one do I need?
+//!
+//! | you want… | use | fencing |
+//! |---|---|---|
+//! | one writer per resource | [`crate::DistributedLock::try_acquire`] | one token |
+//! | one holder of *several* resources at once (move money between two accounts) | [`acquire_all`] → [`MultiHandle`] | a token per name |
+//! | at most N holders (N connections to a licence server, N workers on a GPU pool) | [`Semaphore`] → [`Permit`] / [`Permits`] | a token per permit slot |
+//!
+//! # Why they keep the exclusive lock's guarantees
+//! Both kinds are made of ordinary exclusive holds, taken through the engine: every part has its
+//! lease on the storage's clock, its local deadline, fail-closed renewal (auto-renew included),
+//! release on drop and its own fencing token. Nothing new is written to the storage except a
+//! semaphore's limit record, so every backend (and its one-round-trip overrides, batched
+//! renewals, listings, force-release and sweeps) serves them unchanged.
+//!
+//! * **No deadlock, whatever order callers pass the names in.** [`acquire_all`] sorts the names
+//!   and never waits while it holds anything: it tries every name without waiting; on the first
+//!   busy one it releases what it took and waits for that one alone, then tries the rest again
+//!   without waiting. A waiter holds at most the one lock it waited for while it tries the others,
+//!   and a try never blocks, so no cycle of waiters can form (Redisson's `RedissonMultiLock`
+//!   took names in the caller's order and deadlocked).
+//! * **No permit leaks when a holder crashes.** A semaphore of N permits is N exclusive locks,
+//!   its *slots* (`NAME/permit/0` … `NAME/permit/{N-1}`); a permit is a hold of one slot, so a
+//!   crashed holder's permit comes back when its lease ends, judged by the storage like any
+//!   lock's (Redisson's `RSemaphore` and Curator's semaphores counted permits in one value that a
+//!   crashed holder never gave back). At most N permits are out because at most one holder holds
+//!   each slot: the bound is the exclusive lock's guarantee, N times.
+//! * **One N per name.** The first semaphore of a name writes its limit into a record of its
+//!   own (under an internal key, so listings and sweeps skip it); a semaphore of the same name
+//!   with another N gets [`crate::LockError::SemaphoreLimitMismatch`] instead of quietly
+//!   allowing more holders. To change N, stop every holder and delete the record
+//!   ([`limit_key`]).
+//! * **k permits at once are all or nothing**, taken as a multi-lock over k free slots.
+//!
+//! # Cost
+//! A multi-lock of k free names costs k acquisitions (k round trips on a backend that
+//! overrides the lock operations). A semaphore's acquisition tries slots in a random order until
+//! one is free: one round trip while fewer than half the permits are out, at most N when all
+//! are; it waits for releases on at most [`WATCHED_SLOTS`] slots at once (the ones the storage
+//! said end soonest) and looks at all slots again at least every [`RESCAN`].
+
+mod multi;
+mod semaphore;
+
+pub use multi::{MultiHandle, acquire_all};
+pub use semaphore::{
+    MAX_PERMITS, Permit, Permits, RESCAN, Semaphore, WATCHED_SLOTS, limit_key, slot_name,
+};

@@ -1,0 +1,365 @@
+//! The lock kinds suite: multi-locks and semaphores ([`storage_lock_core::kinds`]) over a
+//! [`StorageLock`] on the given storage. Exclusion is checked as in the semantics suite, by
+//! [`OverlapDetector`]s (one per name, one per permit slot), never by a synchronised counter.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use storage_lock_core::kinds::{Semaphore, acquire_all};
+use storage_lock_core::{
+    AcquireOptions, LockError, LockEventKind, RenewalResult, Storage, StorageLock, Wait,
+};
+use tokio::time::{Instant, timeout};
+
+use crate::{OverlapDetector, unique_prefix};
+
+fn locks<S: Storage>(s: S) -> StorageLock<S> {
+    StorageLock::new(s).expect("storage passes the capability gate")
+}
+
+fn opts(wait: Wait, lease: Duration) -> AcquireOptions {
+    AcquireOptions::default().wait(wait).lease(lease)
+}
+
+/// Tasks take random pairs of three names, each pair in a random order, waiting without limit:
+/// if the multi-lock waited while holding, two tasks taking `{a, b}` and `{b, a}` would wait on
+/// each other for good (the 120 s bound fails the case); no two holders of a name overlap.
+pub async fn multi_lock_in_any_order_neither_deadlocks_nor_overlaps<S: Storage>(s: S) {
+    const TASKS: usize = 6;
+    const ROUNDS: usize = 12;
+    let l = locks(s);
+    let prefix = unique_prefix("multi-order");
+    let names: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| format!("{prefix}{n}"))
+        .collect();
+    let detectors: Arc<Vec<OverlapDetector>> =
+        Arc::new((0..names.len()).map(|_| OverlapDetector::new()).collect());
+    let sections: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..names.len()).map(|_| AtomicUsize::new(0)).collect());
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (l, names, detectors, sections) = (
+                l.clone(),
+                names.clone(),
+                detectors.clone(),
+                sections.clone(),
+            );
+            tokio::spawn(async move {
+                for r in 0..ROUNDS {
+                    // Every pair in both orders, spread over tasks and rounds.
+                    let skip = (t + r) % 3;
+                    let mut pair: Vec<usize> = (0..3).filter(|&i| i != skip).collect();
+                    if (t + r / 3) % 2 == 1 {
+                        pair.reverse();
+                    }
+                    let asked: Vec<&str> = pair.iter().map(|&i| names[i].as_str()).collect();
+                    let held =
+                        acquire_all(&l, &asked, &opts(Wait::Forever, Duration::from_secs(30)))
+                            .await
+                            .expect("acquire_all")
+                            .expect("Wait::Forever acquires");
+                    let mut order: Vec<&str> = asked.clone();
+                    order.sort_unstable();
+                    let got: Vec<&str> = held.parts().iter().map(|p| p.name()).collect();
+                    assert_eq!(got, order, "parts come sorted by name");
+                    for &i in &pair {
+                        let token = held
+                            .part(&names[i])
+                            .expect("a part per name")
+                            .fencing_token();
+                        detectors[i].critical_section(token).await;
+                        sections[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                    held.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        timeout(Duration::from_secs(120), t)
+            .await
+            .expect("multi-locks deadlocked (or the machine stalled for 120 s)")
+            .expect("task");
+    }
+    for (d, n) in detectors.iter().zip(sections.iter()) {
+        d.assert_exclusive(n.load(Ordering::Relaxed) as u64);
+    }
+}
+
+/// A multi-lock one of whose names is held takes none of them, and leaves none behind; while
+/// it waits for that name it holds none of the others (never waiting while holding is what
+/// keeps multi-locks free of deadlock); once the holder releases, it gets all of them.
+pub async fn multi_lock_is_all_or_nothing<S: Storage>(s: S) {
+    let l = locks(s);
+    let prefix = unique_prefix("multi-all");
+    let (a, b, c) = (
+        format!("{prefix}a"),
+        format!("{prefix}b"),
+        format!("{prefix}c"),
+    );
+    let lease = Duration::from_secs(30);
+    let blocker = l
+        .try_acquire(&b, &opts(Wait::Never, lease))
+        .await
+        .unwrap()
+        .expect("b is free");
+    let none = acquire_all(&l, &[&c, &b, &a], &opts(Wait::Never, lease))
+        .await
+        .unwrap();
+    assert!(
+        none.is_none(),
+        "b is held: the multi-lock must not be granted"
+    );
+    for name in [&a, &c] {
+        let h = l
+            .try_acquire(name, &opts(Wait::Never, lease))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} was left held by a multi-lock that failed"));
+        h.release().await.unwrap();
+    }
+    assert!(matches!(
+        acquire_all(&l, &[], &opts(Wait::Never, lease)).await,
+        Err(LockError::InvalidOptions { .. })
+    ));
+    assert!(matches!(
+        acquire_all(&l, &[&a, " "], &opts(Wait::Never, lease)).await,
+        Err(LockError::InvalidName { .. })
+    ));
+    let mut events = l.subscribe();
+    let b_key = l.key_for(&b).unwrap().into_owned();
+    let l2 = l.clone();
+    let names = [c.clone(), b.clone(), a.clone()];
+    let waiter = tokio::spawn(async move {
+        let asked: Vec<&str> = names.iter().map(String::as_str).collect();
+        acquire_all(
+            &l2,
+            &asked,
+            &opts(Wait::For(Duration::from_secs(60)), lease),
+        )
+        .await
+        .unwrap()
+    });
+    // The waiter found b busy in its pass without waiting (one `Contended`), released a, and
+    // waits for b alone (the second): it must hold neither a nor c meanwhile.
+    for _ in 0..2 {
+        crate::semantics::until_event(&mut events, &b_key, LockEventKind::Contended).await;
+    }
+    for name in [&a, &c] {
+        let h = l
+            .try_acquire(name, &opts(Wait::Never, lease))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} is held by a multi-lock that waits for b"));
+        h.release().await.unwrap();
+    }
+    let blocked_token = blocker.fencing_token();
+    blocker.release().await.unwrap();
+    let all = timeout(Duration::from_secs(90), waiter)
+        .await
+        .expect("the waiting multi-lock returned")
+        .unwrap()
+        .expect("granted once b was released");
+    let tokens = all.fencing_tokens();
+    assert_eq!(
+        tokens.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        [a.as_str(), b.as_str(), c.as_str()]
+    );
+    assert!(tokens[1].1 > blocked_token, "b's token rose: {tokens:?}");
+    all.release().await.unwrap();
+}
+
+/// A multi-lock is lost as soon as one of its parts is: an admin breaks one name, its renewal
+/// fails, and the whole handle reports lost.
+pub async fn multi_lock_is_lost_when_a_part_is_lost<S: Storage>(s: S) {
+    let l = locks(s);
+    let prefix = unique_prefix("multi-lost");
+    let (a, b) = (format!("{prefix}a"), format!("{prefix}b"));
+    let held = acquire_all(&l, &[&a, &b], &opts(Wait::Never, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("both free");
+    let lost = held.lost();
+    assert!(!held.is_lost());
+    l.force_release(&b).await.unwrap().expect("b was held");
+    let part = held.part(&b).expect("b is a part");
+    assert_eq!(part.try_renew(None).await.unwrap(), RenewalResult::Lost);
+    assert!(held.is_lost());
+    timeout(Duration::from_secs(30), lost)
+        .await
+        .expect("lost() completes when a part is lost");
+    held.release().await.unwrap();
+}
+
+/// Tasks contend for a semaphore of 3 permits: never more than 3 holders at once and no two
+/// holders of one slot overlap. (That all 3 can be out together is
+/// [`semaphore_takes_k_permits_all_or_nothing`]'s check: here it depends on timing.)
+pub async fn semaphore_admits_at_most_its_permits<S: Storage>(s: S) {
+    const PERMITS: u32 = 3;
+    const TASKS: usize = 8;
+    const ROUNDS: usize = 10;
+    let l = locks(s);
+    let sem = Semaphore::new(&l, &unique_prefix("sem-bound"), PERMITS).unwrap();
+    let detectors: Arc<Vec<OverlapDetector>> =
+        Arc::new((0..PERMITS).map(|_| OverlapDetector::new()).collect());
+    let sections: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..PERMITS).map(|_| AtomicUsize::new(0)).collect());
+    // How many hold a permit now, and the most ever: a measurement, not what excludes.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (sem, detectors, sections, inside, most) = (
+                sem.clone(),
+                detectors.clone(),
+                sections.clone(),
+                inside.clone(),
+                most.clone(),
+            );
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let permit = sem
+                        .acquire(&opts(Wait::Forever, Duration::from_secs(30)))
+                        .await
+                        .expect("acquire")
+                        .expect("Wait::Forever acquires");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    let (slot, token) = permit.fencing_token();
+                    assert!(slot < PERMITS);
+                    detectors[slot as usize].critical_section(token).await;
+                    sections[slot as usize].fetch_add(1, Ordering::Relaxed);
+                    // Stay a moment, so permits are out together.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        timeout(Duration::from_secs(180), t)
+            .await
+            .expect("the semaphore's waiters finished")
+            .expect("task");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= PERMITS as usize, "{most} holders at once");
+    let mut total = 0;
+    for (d, n) in detectors.iter().zip(sections.iter()) {
+        let n = n.load(Ordering::Relaxed) as u64;
+        d.assert_exclusive(n);
+        total += n;
+    }
+    assert_eq!(total, (TASKS * ROUNDS) as u64);
+}
+
+/// A permit whose holder vanished without giving it back (a crash: the handle is leaked, no
+/// release is sent) comes back when its lease ends, and the next holder of that slot gets a
+/// higher token.
+pub async fn semaphore_permit_of_a_crashed_holder_comes_back<S: Storage>(s: S) {
+    let l = locks(s);
+    let sem = Semaphore::new(&l, &unique_prefix("sem-crash"), 1).unwrap();
+    let lease = Duration::from_secs(1);
+    let crashed = sem
+        .acquire(&opts(Wait::Never, lease))
+        .await
+        .unwrap()
+        .expect("free");
+    let (slot, token) = crashed.fencing_token();
+    std::mem::forget(crashed); // no release, ever
+    assert!(
+        sem.acquire(&opts(Wait::Never, lease))
+            .await
+            .unwrap()
+            .is_none(),
+        "the only permit is out"
+    );
+    let start = Instant::now();
+    let back = sem
+        .acquire(&opts(Wait::For(Duration::from_secs(60)), lease))
+        .await
+        .unwrap()
+        .expect("the crashed holder's permit came back when its lease ended");
+    assert!(start.elapsed() < Duration::from_secs(60));
+    let (next_slot, next_token) = back.fencing_token();
+    assert_eq!(next_slot, slot);
+    assert!(next_token > token, "{next_token} after {token}");
+    back.release().await.unwrap();
+}
+
+/// A semaphore of a name that exists with another number of permits is refused with a typed
+/// error, before it holds anything; invalid numbers are refused before any storage call.
+pub async fn semaphore_with_another_limit_is_refused<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("sem-limit");
+    let three = Semaphore::new(&l, &name, 3).unwrap();
+    let p = three
+        .acquire(&opts(Wait::Never, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("free");
+    let four = Semaphore::new(&l, &name, 4).unwrap();
+    match four
+        .acquire(&opts(Wait::Never, Duration::from_secs(30)))
+        .await
+    {
+        Err(LockError::SemaphoreLimitMismatch {
+            permits: 4,
+            stored: 3,
+            ..
+        }) => {}
+        other => panic!("expected SemaphoreLimitMismatch, got {other:?}"),
+    }
+    // The same number from another semaphore value agrees.
+    let again = Semaphore::new(&l, &name, 3).unwrap();
+    let q = again
+        .acquire(&opts(Wait::Never, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("2 of 3 free");
+    assert_ne!(p.slot(), q.slot());
+    for bad in [0, storage_lock_core::kinds::MAX_PERMITS + 1] {
+        assert!(matches!(
+            Semaphore::new(&l, &name, bad),
+            Err(LockError::InvalidOptions { .. })
+        ));
+    }
+    assert!(matches!(
+        Semaphore::new(&l, " ", 3),
+        Err(LockError::InvalidName { .. })
+    ));
+    p.release().await.unwrap();
+    q.release().await.unwrap();
+}
+
+/// Taking k permits is all or nothing: with 2 of 3 out, taking 2 gets none and leaves the free
+/// one free; taking more than the semaphore has is an error.
+pub async fn semaphore_takes_k_permits_all_or_nothing<S: Storage>(s: S) {
+    let l = locks(s);
+    let sem = Semaphore::new(&l, &unique_prefix("sem-k"), 3).unwrap();
+    let o = opts(Wait::Never, Duration::from_secs(30));
+    let two = sem.acquire_many(2, &o).await.unwrap().expect("3 free");
+    assert_eq!(two.parts().len(), 2);
+    assert!(sem.acquire_many(2, &o).await.unwrap().is_none());
+    let last = sem
+        .acquire(&o)
+        .await
+        .unwrap()
+        .expect("the failed attempt left the free permit free");
+    assert!(sem.acquire(&o).await.unwrap().is_none(), "all 3 out");
+    for bad in [0, 4] {
+        assert!(matches!(
+            sem.acquire_many(bad, &o).await,
+            Err(LockError::InvalidOptions { .. })
+        ));
+    }
+    last.release().await.unwrap();
+    two.release().await.unwrap();
+    let all = sem.acquire_many(3, &o).await.unwrap().expect("all 3 back");
+    let slots: Vec<u32> = all.parts().iter().map(|p| p.slot()).collect();
+    assert_eq!(slots, [0, 1, 2]);
+    all.release().await.unwrap();
+}
