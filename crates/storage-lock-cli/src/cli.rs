@@ -76,6 +76,13 @@ pub enum Command {
     Renew(RenewArgs),
     /// Release the hold of a lease token (exit 76 if it no longer holds the lock).
     Release(ReleaseArgs),
+    /// Run a command while leader of election NAME: campaign (waiting until the seat is free
+    /// unless -w/-n), publish --value to observers, run the command with the term in
+    /// STORAGE_LOCK_FENCING_TOKEN, and stop it if the leadership is lost (as `run` does).
+    Elect(ElectArgs),
+    /// Print who leads election NAME (exit 0) or that the seat is vacant (exit 1); with --watch,
+    /// a line per change, in term order, until interrupted.
+    Leader(LeaderArgs),
     /// List held locks.
     List(ListArgs),
     /// Show the full record of one lock, including a released lock's last fencing token.
@@ -228,6 +235,33 @@ impl RunArgs {
             None => self.command.clone(),
         }
     }
+}
+
+/// `elect`'s arguments: `run`'s, plus the value published to observers.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The value observers see (`storage-lock leader NAME`): an address, a node id (default:
+    /// HOST:PID). Stored as the hold's note, so `list` and `inspect` show it too.
+    #[arg(long, value_name = "TEXT")]
+    pub value: Option<String>,
+    /// As `run`.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// `leader`'s arguments.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// The election's name (the lock name its candidates `elect` on).
+    pub name: String,
+    /// Print a line each time the seat changes (a new leader, a vacancy), in term order, until
+    /// interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// Print JSON objects: `{"name", "leader": VALUE or null, "term"}` (`term`: the leader's,
+    /// or the last leader's for a vacant seat; a string, like every fencing token).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `acquire`'s arguments.

@@ -99,6 +99,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Acquire(args) => commands::acquire::acquire(args, url, quiet, cli.verbose).await,
         Command::Renew(args) => commands::acquire::renew(args, url, quiet).await,
         Command::Release(args) => commands::acquire::release(args, url, quiet).await,
+        Command::Elect(args) => commands::elect::elect(args, url, quiet, cli.verbose).await,
+        Command::Leader(args) => commands::elect::leader(args, url, quiet).await,
         Command::List(args) => commands::inspect::list(args, url, quiet).await,
         Command::Inspect(args) => commands::inspect::inspect(args, url, quiet).await,
         Command::Sweep(args) => commands::sweep::sweep(args, url, quiet).await,

@@ -334,3 +334,126 @@ fn small_promises_of_the_help_text_hold() {
         assert!(serve.contains(what), "serve --help lacks {what}");
     }
 }
+
+/// `elect` runs its command only as leader, with the term in `STORAGE_LOCK_FENCING_TOKEN` and
+/// its value published; `leader` reports the seat (exit 0) or a vacancy (exit 1), and
+/// `leader --watch` follows the seat in term order; bad values are usage errors.
+#[test]
+fn elect_runs_the_command_as_leader_and_leader_follows_the_seat() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    for url in urls(dir.path()) {
+        let name = unique("elect");
+        let out = output_within(&mut cli(dir.path(), &url, &["leader", &name]), LIMIT);
+        assert_eq!(out.status.code(), Some(1), "{url}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "vacant");
+
+        // A follower of the seat, from before the first leader.
+        let mut watcher = Reaped(
+            cli(dir.path(), &url, &["leader", &name, "--watch", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let (tx, seen) = std::sync::mpsc::channel::<serde_json::Value>();
+        let stdout = watcher.0.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str(&line).expect("a JSON line"));
+            }
+        });
+        let next = || {
+            seen.recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("{url}: no watch line: {e}"))
+        };
+        assert_eq!(next()["leader"], serde_json::Value::Null, "{url}");
+
+        let term_file = dir.path().join(format!("{name}.term"));
+        let stop = dir.path().join(format!("{name}.stop"));
+        let script = format!(
+            "echo $STORAGE_LOCK_FENCING_TOKEN > '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
+            term_file.display(),
+            stop.display()
+        );
+        let mut leader = Reaped(
+            cli(
+                dir.path(),
+                &url,
+                &["elect", &name, "--value", "node-a", "-c", &script],
+            )
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+        );
+        support::wait_until(LIMIT, "the leader's command started", || {
+            std::fs::read_to_string(&term_file).is_ok_and(|t| t.ends_with('\n'))
+        });
+        let term = std::fs::read_to_string(&term_file)
+            .unwrap()
+            .trim()
+            .to_owned();
+        let out = output_within(
+            &mut cli(dir.path(), &url, &["leader", &name, "--json"]),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{url}: {out:?}");
+        let seat: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(seat["leader"], "node-a", "{url}");
+        assert_eq!(seat["term"], term.as_str(), "{url}");
+        let watched = next();
+        assert_eq!(
+            (&watched["leader"], &watched["term"]),
+            (&serde_json::json!("node-a"), &serde_json::json!(term)),
+            "{url}"
+        );
+        // The seat is taken: a candidate that does not wait is refused (75), its command unrun.
+        let out = output_within(
+            &mut cli(
+                dir.path(),
+                &url,
+                &["elect", &name, "-n", "--value", "node-b", "--", "false"],
+            ),
+            LIMIT,
+        );
+        assert_eq!(out.status.code(), Some(75), "{url}: {out:?}");
+        std::fs::write(&stop, "").unwrap();
+        assert!(
+            support::wait_within(&mut leader.0, LIMIT).success(),
+            "{url}"
+        );
+        let vacant = next();
+        assert_eq!(vacant["leader"], serde_json::Value::Null, "{url}");
+        assert_eq!(
+            vacant["term"],
+            term.as_str(),
+            "{url}: the vacancy follows term {term}"
+        );
+        let out = output_within(&mut cli(dir.path(), &url, &["leader", &name]), LIMIT);
+        assert_eq!(out.status.code(), Some(1), "{url}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("vacant (after term {term})")
+        );
+        drop(watcher);
+
+        for bad in [
+            &["elect", &name, "--value", "two\nlines", "--", "true"][..],
+            &["elect", &name, "--value", "a", "--note", "b", "--", "true"][..],
+        ] {
+            let out = output_within(&mut cli(dir.path(), &url, bad), LIMIT);
+            assert_eq!(out.status.code(), Some(2), "{url}: {bad:?}: {out:?}");
+            assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+        }
+    }
+}
+
+/// A child process killed and reaped when the test ends, a panic included.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

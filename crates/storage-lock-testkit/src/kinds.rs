@@ -1,4 +1,4 @@
-//! The lock kinds suite: multi-locks and semaphores ([`storage_lock_core::kinds`]) over a
+//! The lock kinds suite: multi-locks, semaphores and leader election ([`storage_lock_core::kinds`]) over a
 //! [`StorageLock`] on the given storage. Exclusion is checked as in the semantics suite, by
 //! [`OverlapDetector`]s (one per name, one per permit slot), never by a synchronised counter.
 
@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use storage_lock_core::kinds::{Semaphore, acquire_all};
+use storage_lock_core::fault::FaultyStorage;
+use storage_lock_core::kinds::{Election, MAX_VALUE_LEN, Observed, Semaphore, acquire_all};
 use storage_lock_core::{
     AcquireOptions, LockError, LockEventKind, RenewalResult, Storage, StorageLock, Wait,
 };
@@ -362,4 +363,139 @@ pub async fn semaphore_takes_k_permits_all_or_nothing<S: Storage>(s: S) {
     let slots: Vec<u32> = all.parts().iter().map(|p| p.slot()).collect();
     assert_eq!(slots, [0, 1, 2]);
     all.release().await.unwrap();
+}
+
+/// Leaders follow each other with rising terms (each term the hold's fencing token), an
+/// observer reports them in term order with the vacancy between, and a busy seat is not granted
+/// to a second candidate; bad values are refused before any storage call.
+pub async fn election_terms_rise_and_observers_see_them_in_order<S: Storage>(s: S) {
+    let l = locks(s);
+    let election = Election::new(&l, &unique_prefix("election")).unwrap();
+    let o = opts(Wait::Never, Duration::from_secs(30));
+    for bad in ["line\nbreak".to_owned(), "x".repeat(MAX_VALUE_LEN + 1)] {
+        assert!(matches!(
+            election.campaign(&bad, &o).await,
+            Err(LockError::InvalidOptions { .. })
+        ));
+    }
+    let mut observer = election.observe();
+    let first = timeout(Duration::from_secs(60), observer.next())
+        .await
+        .expect("the first next() answers at once")
+        .unwrap();
+    assert!(matches!(first, Observed::Vacant { .. }), "{first:?}");
+    let a = election
+        .campaign("a", &o)
+        .await
+        .unwrap()
+        .expect("seat free");
+    assert_eq!(a.value(), "a");
+    let seen = timeout(Duration::from_secs(60), observer.next())
+        .await
+        .expect("the observer saw the leader")
+        .unwrap();
+    assert_eq!(
+        seen,
+        Observed::Leader {
+            value: "a".into(),
+            term: a.term()
+        }
+    );
+    assert!(
+        election.campaign("b", &o).await.unwrap().is_none(),
+        "seat taken"
+    );
+    let candidate = election.clone();
+    let b = tokio::spawn(async move {
+        candidate
+            .campaign(
+                "b",
+                &opts(Wait::For(Duration::from_secs(60)), Duration::from_secs(30)),
+            )
+            .await
+    });
+    a.resign().await.unwrap();
+    let b = timeout(Duration::from_secs(90), b)
+        .await
+        .expect("b's campaign ended")
+        .unwrap()
+        .unwrap()
+        .expect("b got the seat once a resigned");
+    assert!(b.term() > a.term(), "{} after {}", b.term(), a.term());
+    // Whatever the observer saw in between, it saw it in term order and ends at b.
+    let mut last = (a.term(), true);
+    loop {
+        let next = timeout(Duration::from_secs(60), observer.next())
+            .await
+            .expect("the observer saw b")
+            .unwrap();
+        match next {
+            Observed::Leader { value, term } => {
+                assert!(term > last.0, "term {term} after {}", last.0);
+                last = (term, true);
+                if value == "b" {
+                    assert_eq!(term, b.term());
+                    break;
+                }
+            }
+            Observed::Vacant { after_term } => {
+                assert!(last.1, "two vacancies in a row");
+                assert_eq!(after_term, last.0);
+                last.1 = false;
+            }
+        }
+    }
+    assert_eq!(
+        election.leader().await.unwrap(),
+        Observed::Leader {
+            value: "b".into(),
+            term: b.term()
+        }
+    );
+    b.resign().await.unwrap();
+}
+
+/// A leader cut off from the storage (its renewals fail) learns that it lost before the seat
+/// falls vacant; the observer then reports the vacancy after its term, and the next leader's
+/// term is higher.
+pub async fn election_a_cut_off_leader_loses_before_the_seat_is_vacant<S: Storage>(s: S) {
+    let faulty = Arc::new(FaultyStorage::new(s));
+    let l = StorageLock::builder_arc(faulty.clone()).build().unwrap();
+    let election = Election::new(&l, &unique_prefix("election-cut")).unwrap();
+    let a = election
+        .campaign("a", &opts(Wait::Never, Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .expect("seat free");
+    let mut observer = election.observe();
+    assert_eq!(
+        observer.next().await.unwrap(),
+        Observed::Leader {
+            value: "a".into(),
+            term: a.term()
+        }
+    );
+    faulty.set_fail_renewals(true);
+    let vacant = timeout(Duration::from_secs(60), observer.next())
+        .await
+        .expect("the seat fell vacant")
+        .unwrap();
+    assert!(
+        a.is_lost(),
+        "the seat fell vacant while its leader thought it led"
+    );
+    assert_eq!(
+        vacant,
+        Observed::Vacant {
+            after_term: a.term()
+        }
+    );
+    faulty.set_fail_renewals(false);
+    let b = election
+        .campaign("b", &opts(Wait::Never, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("the vacant seat is free");
+    assert!(b.term() > a.term());
+    b.resign().await.unwrap();
 }

@@ -8,7 +8,8 @@
 //!   release/expiry/sweep, cancel safety, the lost signal, hand-off on release.
 //! * [`kinds`] — the lock kinds: multi-locks (deadlock-free in any order, all or nothing, lost
 //!   with any part) and semaphores (the N bound under an overlap detector per slot, crashed
-//!   holders' permits coming back, the limit record, k permits at once).
+//!   holders' permits coming back, the limit record, k permits at once), leader election
+//!   (terms rising and observed in order, a cut-off leader lost before its seat is vacant).
 //! * [`cluster`] — clients of a replicated store contending while members fail.
 //! * [`multiprocess`] — OS processes contending on one storage, checked through shared files.
 //! * [`proxy`] — a loopback TCP proxy that cuts connections, for connection-loss tests.
@@ -200,12 +201,14 @@ macro_rules! __cases {
                 multi_lock_in_any_order_neither_deadlocks_nor_overlaps,
                 multi_lock_is_all_or_nothing,
                 multi_lock_is_lost_when_a_part_is_lost,
+                election_terms_rise_and_observers_see_them_in_order,
             ];
             kinds_local: [
                 semaphore_admits_at_most_its_permits,
                 semaphore_permit_of_a_crashed_holder_comes_back,
                 semaphore_with_another_limit_is_refused,
                 semaphore_takes_k_permits_all_or_nothing,
+                election_a_cut_off_leader_loses_before_the_seat_is_vacant,
             ];
         }
     };

@@ -2,6 +2,7 @@
 
 pub mod acquire;
 pub mod admin;
+pub mod elect;
 pub mod inspect;
 pub mod serve;
 pub mod sweep;

@@ -1,5 +1,5 @@
-//! Lock kinds built on the exclusive lock: several names held as one ([`acquire_all`]) and
-//! counting semaphores ([`Semaphore`]).
+//! Lock kinds built on the exclusive lock: several names held as one ([`acquire_all`]),
+//! counting semaphores ([`Semaphore`]) and leader election ([`Election`]).
 //!
 //! # Which one do I need?
 //!
@@ -8,9 +8,10 @@
 //! | one writer per resource | [`crate::DistributedLock::try_acquire`] | one token |
 //! | one holder of *several* resources at once (move money between two accounts) | [`acquire_all`] → [`MultiHandle`] | a token per name |
 //! | at most N holders (N connections to a licence server, N workers on a GPU pool) | [`Semaphore`] → [`Permit`] / [`Permits`] | a token per permit slot |
+//! | one leader among replicas, and everyone else knowing who it is | [`Election`] → [`Leadership`], [`Observer`] | the term |
 //!
 //! # Why they keep the exclusive lock's guarantees
-//! Both kinds are made of ordinary exclusive holds, taken through the engine: every part has its
+//! Every kind is made of ordinary exclusive holds, taken through the engine: every part has its
 //! lease on the storage's clock, its local deadline, fail-closed renewal (auto-renew included),
 //! release on drop and its own fencing token. Nothing new is written to the storage except a
 //! semaphore's limit record, so every backend (and its one-round-trip overrides, batched
@@ -34,6 +35,10 @@
 //!   allowing more holders. To change N, stop every holder and delete the record
 //!   ([`limit_key`]).
 //! * **k permits at once are all or nothing**, taken as a multi-lock over k free slots.
+//! * **One leader per term.** An election's seat is one exclusive lock; the leader's value
+//!   rides in its holder note and its term is its fencing token, so terms rise and a deposed
+//!   leader's writes are fenced off. Observers read the seat and report it in term order,
+//!   vacancies included (etcd's `Observe` never reports a vacant seat).
 //!
 //! # Cost
 //! A multi-lock of k free names costs k acquisitions (k round trips on a backend that
@@ -42,9 +47,13 @@
 //! are; it waits for releases on at most [`WATCHED_SLOTS`] slots at once (the ones the storage
 //! said end soonest) and looks at all slots again at least every [`RESCAN`].
 
+mod election;
 mod multi;
 mod semaphore;
 
+pub use election::{
+    Election, Leadership, MAX_VALUE_LEN, OBSERVE_POLL, Observed, Observer, validate_value,
+};
 pub use multi::{MultiHandle, acquire_all};
 pub use semaphore::{
     MAX_PERMITS, Permit, Permits, RESCAN, Semaphore, WATCHED_SLOTS, limit_key, slot_name,
