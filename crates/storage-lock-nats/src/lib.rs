@@ -618,7 +618,7 @@ impl Primitives for NatsStorage {
 /// sequence: N"), which `async-nats` reports as `WrongLastRevision`; a clustered stream answers
 /// 10164 ("wrong last sequence", checked when the write is proposed to the stream's Raft group),
 /// which it reports as `Other`: both are the same lost race. Found by running the conformance
-/// suite on an R3 bucket (`tests/nats_cluster.rs`): racing writers got errors, not conflicts.
+/// suite on an R3 bucket (`tests/nats.rs`, module `cluster`): racing writers got errors, not conflicts.
 fn lost_expectation(e: &async_nats::jetstream::kv::UpdateError) -> bool {
     if e.kind() == UpdateErrorKind::WrongLastRevision {
         return true;

@@ -474,6 +474,25 @@ where
     (per(s1 - s0), per(c1 - c0))
 }
 
+/// The raw baseline's acquisition: `SET k owner NX PX 30000`, which must succeed.
+async fn raw_take(conn: &mut impl redis::aio::ConnectionLike, k: &str) {
+    let ok: Option<String> = redis::cmd("SET")
+        .arg(k)
+        .arg("owner")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert!(ok.is_some());
+}
+
+/// The raw baseline's release: the compare-and-delete script on `k`.
+async fn raw_free(conn: &mut impl redis::aio::ConnectionLike, cad: &redis::Script, k: &str) {
+    let _: i64 = cad.key(k).arg("owner").invoke_async(conn).await.unwrap();
+}
+
 async fn redis_bench(url: &str) {
     let locks = connect(&format!("{url}?prefix=storage-lock-bench:"))
         .await
@@ -491,22 +510,8 @@ async fn redis_bench(url: &str) {
                 let (mut conn, cad) = (c2.clone(), s2.clone());
                 async move {
                     let k = format!("raw-lock-{c}");
-                    let ok: Option<String> = redis::cmd("SET")
-                        .arg(&k)
-                        .arg("owner")
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(30_000)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    assert!(ok.is_some());
-                    let _: i64 = cad
-                        .key(&k)
-                        .arg("owner")
-                        .invoke_async(&mut conn)
-                        .await
-                        .unwrap();
+                    raw_take(&mut conn, &k).await;
+                    raw_free(&mut conn, &cad, &k).await;
                 }
             }
         };
@@ -608,26 +613,12 @@ async fn redis_cluster_bench(url: &str) {
                     let (mut conn, cad, primary) = (c2.clone(), s2.clone(), p2.clone());
                     async move {
                         let k = format!("{{storage-lock-bench}}raw-lock-{c}");
-                        let ok: Option<String> = redis::cmd("SET")
-                            .arg(&k)
-                            .arg("owner")
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(30_000)
-                            .query_async(&mut conn)
-                            .await
-                            .unwrap();
-                        assert!(ok.is_some());
+                        raw_take(&mut conn, &k).await;
                         let wait = redis::cmd("WAIT").arg(replicas).arg(1000).clone();
                         if replicas > 0 {
                             conn.route_command(&wait, primary.clone()).await.unwrap();
                         }
-                        let _: i64 = cad
-                            .key(&k)
-                            .arg("owner")
-                            .invoke_async(&mut conn)
-                            .await
-                            .unwrap();
+                        raw_free(&mut conn, &cad, &k).await;
                         if replicas > 0 {
                             conn.route_command(&wait, primary).await.unwrap();
                         }
