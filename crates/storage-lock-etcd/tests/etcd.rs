@@ -6,8 +6,13 @@ use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
 use storage_lock_testkit::restart::{ServerProcess, restart_keeps_fencing, spare_port, wait_until};
 
 async fn etcd() -> EtcdStorage {
-    let url = std::env::var("STORAGE_LOCK_ETCD_URL")
-        .expect("STORAGE_LOCK_ETCD_URL must name an etcd cluster (run scripts/test.sh)");
+    open_env("STORAGE_LOCK_ETCD_URL").await
+}
+
+/// The suites' storage on the cluster the environment variable `var` names.
+async fn open_env(var: &str) -> EtcdStorage {
+    let url = std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} must name an etcd cluster (run scripts/test.sh)"));
     EtcdStorageBuilder::from_url(&url)
         .expect("a valid etcd URL")
         .prefix("storage-lock-suite/")
@@ -16,7 +21,7 @@ async fn etcd() -> EtcdStorage {
         .timeout(std::time::Duration::from_secs(10))
         .open()
         .await
-        .expect("connect to etcd")
+        .unwrap_or_else(|e| panic!("connect to etcd ({var}): {e}"))
 }
 
 // Only the primitives are implemented here: the lock operations are the engine's defaults
@@ -273,17 +278,7 @@ mod cluster {
     use super::*;
 
     async fn cluster() -> EtcdStorage {
-        let url = std::env::var("STORAGE_LOCK_ETCD_CLUSTER_URL").expect(
-            "STORAGE_LOCK_ETCD_CLUSTER_URL must name a 3-member etcd cluster (run scripts/test.sh)",
-        );
-        EtcdStorageBuilder::from_url(&url)
-            .expect("a valid etcd URL")
-            .prefix("storage-lock-suite/")
-            // Time for a loaded machine; no case here needs a request to time out.
-            .timeout(std::time::Duration::from_secs(10))
-            .open()
-            .await
-            .expect("connect to the etcd cluster")
+        open_env("STORAGE_LOCK_ETCD_CLUSTER_URL").await
     }
 
     storage_lock_testkit::storage_lock_suites!(cluster, lock_operations = default);

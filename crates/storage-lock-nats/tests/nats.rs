@@ -6,8 +6,13 @@ use storage_lock_nats::{NatsStorage, NatsStorageBuilder};
 use storage_lock_testkit::restart::{ServerProcess, restart_keeps_fencing, spare_port, wait_until};
 
 async fn nats() -> NatsStorage {
-    let url = std::env::var("STORAGE_LOCK_NATS_URL")
-        .expect("STORAGE_LOCK_NATS_URL must name a NATS server (run scripts/test.sh)");
+    open_env("STORAGE_LOCK_NATS_URL").await
+}
+
+/// The suites' storage on the server (or cluster) the environment variable `var` names.
+async fn open_env(var: &str) -> NatsStorage {
+    let url = std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} must name a NATS server (run scripts/test.sh)"));
     NatsStorageBuilder::from_url(&url)
         .expect("a valid NATS URL")
         .bucket("storage-lock-suite")
@@ -16,7 +21,7 @@ async fn nats() -> NatsStorage {
         .timeout(std::time::Duration::from_secs(10))
         .open()
         .await
-        .expect("connect to NATS")
+        .unwrap_or_else(|e| panic!("connect to NATS ({var}): {e}"))
 }
 
 // Only the primitives are implemented here: the lock operations are the engine's defaults
@@ -339,17 +344,7 @@ mod cluster {
     use super::*;
 
     async fn cluster() -> NatsStorage {
-        let url = std::env::var("STORAGE_LOCK_NATS_CLUSTER_URL").expect(
-            "STORAGE_LOCK_NATS_CLUSTER_URL must name a 3-node NATS cluster (run scripts/test.sh)",
-        );
-        NatsStorageBuilder::from_url(&url)
-            .expect("a valid NATS URL")
-            .bucket("storage-lock-suite")
-            // Time for a loaded machine; no case here needs a request to time out.
-            .timeout(std::time::Duration::from_secs(10))
-            .open()
-            .await
-            .expect("connect to the NATS cluster")
+        open_env("STORAGE_LOCK_NATS_CLUSTER_URL").await
     }
 
     storage_lock_testkit::storage_lock_suites!(cluster, lock_operations = default);

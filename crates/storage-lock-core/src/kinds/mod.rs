@@ -47,6 +47,10 @@
 //! are; it waits for releases on at most [`WATCHED_SLOTS`] slots at once (the ones the storage
 //! said end soonest) and looks at all slots again at least every [`RESCAN`].
 
+use tokio::time::Instant;
+
+use crate::contract::Wait;
+
 mod election;
 mod multi;
 mod semaphore;
@@ -58,3 +62,62 @@ pub use multi::{MultiHandle, acquire_all};
 pub use semaphore::{
     MAX_PERMITS, Permit, Permits, RESCAN, Semaphore, WATCHED_SLOTS, limit_key, slot_name,
 };
+
+/// What is left of an acquisition's wait budget across the passes of a kind's loop (each pass
+/// tries without waiting, then waits with what is left).
+struct Budget {
+    wait: Wait,
+    deadline: Option<Instant>,
+}
+
+impl Budget {
+    fn new(wait: Wait) -> Self {
+        let deadline = match wait {
+            Wait::For(d) => Instant::now().checked_add(d),
+            Wait::Never | Wait::Forever => None,
+        };
+        Self { wait, deadline }
+    }
+
+    /// The wait for the next pass: `None` when the budget is spent (or was [`Wait::Never`]).
+    fn remaining(&self) -> Option<Wait> {
+        match (self.wait, self.deadline) {
+            (Wait::Never, _) => None,
+            (Wait::For(_), Some(deadline)) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                (!left.is_zero()).then_some(Wait::For(left))
+            }
+            // A wait too long to add to the clock, or none at all: until it is free.
+            (Wait::For(_) | Wait::Forever, _) => Some(Wait::Forever),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_budget_says_what_is_left() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            assert_eq!(Budget::new(Wait::Never).remaining(), None);
+            assert_eq!(Budget::new(Wait::For(Duration::ZERO)).remaining(), None);
+            assert_eq!(Budget::new(Wait::Forever).remaining(), Some(Wait::Forever));
+            assert_eq!(
+                Budget::new(Wait::For(Duration::MAX)).remaining(),
+                Some(Wait::Forever)
+            );
+            let hour = Duration::from_secs(3600);
+            match Budget::new(Wait::For(hour)).remaining() {
+                Some(Wait::For(left)) => assert!(left <= hour && left > hour / 2),
+                other => panic!("{other:?}"),
+            }
+        });
+    }
+}

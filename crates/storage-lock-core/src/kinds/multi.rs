@@ -4,7 +4,6 @@ use std::fmt;
 use std::future::Future;
 
 use futures_util::future::select_all;
-use tokio::time::Instant;
 
 use crate::contract::{AcquireOptions, LockError, Wait, validate_name};
 use crate::hold::LockHandle;
@@ -131,10 +130,7 @@ pub async fn acquire_all<L: DistributedLock + ?Sized>(
     let mut sorted = names.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
-    let deadline = match options.wait {
-        Wait::For(d) => Instant::now().checked_add(d),
-        Wait::Never | Wait::Forever => None,
-    };
+    let budget = super::Budget::new(options.wait);
     let once = options.clone().wait(Wait::Never);
     let mut waited_for: Option<LockHandle> = None;
     loop {
@@ -143,17 +139,8 @@ pub async fn acquire_all<L: DistributedLock + ?Sized>(
             Err(busy) => busy,
         };
         // Nothing is held here: wait for the busy name alone.
-        let wait = match (options.wait, deadline) {
-            (Wait::Never, _) => return Ok(None),
-            (Wait::For(_), Some(deadline)) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(None);
-                }
-                Wait::For(left)
-            }
-            // A wait too long to add to the clock, or none at all: wait until it is free.
-            (Wait::For(_) | Wait::Forever, _) => Wait::Forever,
+        let Some(wait) = budget.remaining() else {
+            return Ok(None);
         };
         match locks.try_acquire(busy, &options.clone().wait(wait)).await? {
             Some(part) => waited_for = Some(part),

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use tokio::time::Instant;
 
 use crate::contract::{AcquireOptions, LockError, Wait};
 use crate::engine::StorageLock;
@@ -178,10 +177,7 @@ impl<S: Storage + ?Sized> Semaphore<S> {
         }
         options.validate()?;
         self.check_limit().await?;
-        let deadline = match options.wait {
-            Wait::For(d) => Instant::now().checked_add(d),
-            Wait::Never | Wait::Forever => None,
-        };
+        let budget = super::Budget::new(options.wait);
         let once = options.clone().wait(Wait::Never);
         let mut waited_for: Option<Permit> = None;
         loop {
@@ -190,16 +186,10 @@ impl<S: Storage + ?Sized> Semaphore<S> {
                 Err(busy) => busy,
             };
             // Nothing is held here: wait for the slots that end soonest.
-            let left = match (options.wait, deadline) {
-                (Wait::Never, _) => return Ok(None),
-                (Wait::For(_), Some(deadline)) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(None);
-                    }
-                    Some(left)
-                }
-                (Wait::For(_) | Wait::Forever, _) => None,
+            let left = match budget.remaining() {
+                None => return Ok(None),
+                Some(Wait::For(left)) => Some(left),
+                Some(_) => None,
             };
             waited_for = self.wait_for_one(busy, left, options).await?;
         }
