@@ -2,52 +2,8 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A point in time on the storage's clock: milliseconds since the Unix epoch.
-///
-/// Millisecond resolution is what every backend can store and compare exactly; leases are
-/// expected to be at least tens of milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Timestamp(u64);
-
-impl Timestamp {
-    /// The timestamp `millis` milliseconds after the Unix epoch.
-    pub const fn from_millis(millis: u64) -> Self {
-        Self(millis)
-    }
-
-    /// Milliseconds since the Unix epoch.
-    pub const fn as_millis(self) -> u64 {
-        self.0
-    }
-
-    /// `self + by`, saturating at the largest representable timestamp.
-    pub fn saturating_add(self, by: Duration) -> Self {
-        Self(
-            self.0
-                .saturating_add(u64::try_from(by.as_millis()).unwrap_or(u64::MAX)),
-        )
-    }
-
-    /// How long after `earlier` this timestamp is (zero if it is not later).
-    pub fn saturating_since(self, earlier: Timestamp) -> Duration {
-        Duration::from_millis(self.0.saturating_sub(earlier.0))
-    }
-
-    /// The last instant storage-lock gives a meaning to: 9999-12-31T23:59:59.999Z, the end of
-    /// what RFC 3339 (and so every tool that prints an expiry) can write.
-    pub const MAX: Timestamp = Timestamp(253_402_300_799_999);
-
-    /// The same instant as a [`SystemTime`], or `None` if it is later than [`Self::MAX`] or the
-    /// platform cannot represent it.
-    pub fn to_system_time(self) -> Option<SystemTime> {
-        if self > Self::MAX {
-            return None;
-        }
-        UNIX_EPOCH.checked_add(Duration::from_millis(self.0))
-    }
-}
+pub use crate::clock::Timestamp;
 
 /// The identity of one holder: 128 random bits.
 ///

@@ -173,7 +173,7 @@ pub struct DriverUrl {
 impl std::fmt::Debug for DriverUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DriverUrl")
-            .field("driver", &crate::redact_url(&self.driver))
+            .field("driver", &super::redact_url(&self.driver))
             .field("ours", &self.ours)
             .finish()
     }
