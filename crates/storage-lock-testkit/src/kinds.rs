@@ -499,3 +499,81 @@ pub async fn election_a_cut_off_leader_loses_before_the_seat_is_vacant<S: Storag
     assert!(b.term() > a.term());
     b.resign().await.unwrap();
 }
+
+/// Multi-lock acquisitions dropped at random points (before, during and after their storage
+/// calls, between parts) leave no part held: both names are free again long before any of
+/// their 30 s leases could lapse.
+pub async fn multi_lock_dropped_acquisitions_leave_nothing_held<S: Storage>(s: S) {
+    let l = locks(s);
+    let prefix = unique_prefix("multi-cancel");
+    let (a, b) = (format!("{prefix}a"), format!("{prefix}b"));
+    let o = opts(
+        Wait::For(Duration::from_millis(20)),
+        Duration::from_secs(30),
+    );
+    let names = [b.as_str(), a.as_str()];
+    let mut granted = 0;
+    for i in 0..300u32 {
+        tokio::select! {
+            biased;
+            () = crate::semantics::drop_point(i) => {}
+            r = acquire_all(&l, &names, &o) => {
+                if let Some(held) = r.unwrap() {
+                    granted += 1;
+                    if i % 2 == 0 { held.release().await.unwrap() } // else dropped
+                }
+            }
+        }
+    }
+    assert!(
+        granted > 0,
+        "no acquisition completed; the case exercised nothing"
+    );
+    let both = acquire_all(
+        &l,
+        &[&a, &b],
+        &opts(Wait::For(Duration::from_secs(10)), Duration::from_secs(30)),
+    )
+    .await
+    .unwrap()
+    .expect("a part of a dropped multi-lock was left held");
+    both.release().await.unwrap();
+}
+
+/// Semaphore acquisitions (of one permit and of two at once) dropped at random points leave no
+/// permit out: all of them can be taken together soon after.
+pub async fn semaphore_dropped_acquisitions_leave_no_permit_out<S: Storage>(s: S) {
+    let l = locks(s);
+    let sem = Semaphore::new(&l, &unique_prefix("sem-cancel"), 2).unwrap();
+    let o = opts(
+        Wait::For(Duration::from_millis(20)),
+        Duration::from_secs(30),
+    );
+    let mut granted = 0;
+    for i in 0..300u32 {
+        let k = 1 + i % 2;
+        tokio::select! {
+            biased;
+            () = crate::semantics::drop_point(i) => {}
+            r = sem.acquire_many(k, &o) => {
+                if let Some(held) = r.unwrap() {
+                    granted += 1;
+                    if i % 4 < 2 { held.release().await.unwrap() } // else dropped
+                }
+            }
+        }
+    }
+    assert!(
+        granted > 0,
+        "no acquisition completed; the case exercised nothing"
+    );
+    let all = sem
+        .acquire_many(
+            2,
+            &opts(Wait::For(Duration::from_secs(10)), Duration::from_secs(30)),
+        )
+        .await
+        .unwrap()
+        .expect("a dropped acquisition left a permit out");
+    all.release().await.unwrap();
+}

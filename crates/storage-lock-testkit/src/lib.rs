@@ -7,8 +7,9 @@
 //!   expiry, watchdog, contention under an [`OverlapDetector`], fencing monotonicity across
 //!   release/expiry/sweep, cancel safety, the lost signal, hand-off on release.
 //! * [`kinds`] — the lock kinds: multi-locks (deadlock-free in any order, all or nothing, lost
-//!   with any part) and semaphores (the N bound under an overlap detector per slot, crashed
-//!   holders' permits coming back, the limit record, k permits at once), leader election
+//!   with any part, cancel safe) and semaphores (the N bound under an overlap detector per
+//!   slot, crashed holders' permits coming back, the limit record, k permits at once, cancel
+//!   safe), leader election
 //!   (terms rising and observed in order, a cut-off leader lost before its seat is vacant).
 //! * [`cluster`] — clients of a replicated store contending while members fail.
 //! * [`multiprocess`] — OS processes contending on one storage, checked through shared files.
@@ -182,6 +183,7 @@ macro_rules! __cases {
                 watchdog_outage_turns_handle_lost_by_local_deadline,
                 mutual_exclusion_under_contention,
                 cancel_safety_dropped_acquires_leave_no_holder,
+                cancelled_release_still_releases,
                 handoff_on_release,
                 waiter_acquires_when_holder_expires,
                 dropped_handle_releases_in_background,
@@ -201,6 +203,7 @@ macro_rules! __cases {
                 multi_lock_in_any_order_neither_deadlocks_nor_overlaps,
                 multi_lock_is_all_or_nothing,
                 multi_lock_is_lost_when_a_part_is_lost,
+                multi_lock_dropped_acquisitions_leave_nothing_held,
                 election_terms_rise_and_observers_see_them_in_order,
             ];
             kinds_local: [
@@ -208,6 +211,7 @@ macro_rules! __cases {
                 semaphore_permit_of_a_crashed_holder_comes_back,
                 semaphore_with_another_limit_is_refused,
                 semaphore_takes_k_permits_all_or_nothing,
+                semaphore_dropped_acquisitions_leave_no_permit_out,
                 election_a_cut_off_leader_loses_before_the_seat_is_vacant,
             ];
         }

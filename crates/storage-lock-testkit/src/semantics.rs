@@ -705,7 +705,7 @@ pub async fn cancel_safety_dropped_acquires_leave_no_holder<S: Storage>(s: S) {
     assert!(start.elapsed() < Duration::from_secs(5));
 }
 
-async fn drop_point(i: u32) {
+pub(crate) async fn drop_point(i: u32) {
     match i % 10 {
         0 => std::future::pending().await,
         1..=5 => {
@@ -1084,4 +1084,32 @@ pub async fn fencing_tokens_stop_well_before_the_storage_bound<S: Storage>(s: S)
             let _ = cas(l.storage()).delete(&k, &s.version).await;
         }
     }
+}
+
+/// A `release()` whose future is dropped before it finished (a `timeout` around it, a
+/// cancelled task) still releases: the lock is free again long before its 30 s lease could
+/// lapse, at every drop point, including after the request went out.
+pub async fn cancelled_release_still_releases<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("cancelled-release");
+    let lease = Duration::from_secs(30);
+    for i in 0..40u32 {
+        let h = l
+            .try_acquire(&name, &opts(Wait::For(Duration::from_secs(10)), lease))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("round {i}: a cancelled release left the lock held"));
+        tokio::select! {
+            biased;
+            () = drop_point(i) => {}
+            r = h.release() => r.unwrap(),
+        }
+        drop(h);
+    }
+    let h = l
+        .try_acquire(&name, &opts(Wait::For(Duration::from_secs(10)), lease))
+        .await
+        .unwrap()
+        .expect("a cancelled release left the lock held");
+    h.release().await.unwrap();
 }

@@ -287,6 +287,10 @@ impl LockHandle {
     /// [`LockError::Storage`] if the storage failed: the lock then frees itself when its lease
     /// ends (the handle counts as released either way).
     ///
+    /// # Cancel safety
+    /// Cancel safe: if this future is dropped before the storage answered (a `timeout` around
+    /// it, a cancelled task), the release goes on in the background, as for a dropped handle.
+    ///
     /// # Examples
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
@@ -311,6 +315,9 @@ impl LockHandle {
     /// the handle's state without storage I/O.
     ///
     /// # Errors
+    /// As [`Self::release`].
+    ///
+    /// # Cancel safety
     /// As [`Self::release`].
     ///
     /// # Examples

@@ -381,26 +381,35 @@ impl HoldRuntime {
         Ok(self.renew(lease, true).await)
     }
 
-    pub(crate) async fn release(&self) -> Result<(), LockError> {
+    /// Releases (a second call does nothing). Cancel safe: if the caller drops this future
+    /// before the storage answered, the release goes on in the background, as for a dropped
+    /// handle (a release is owner-checked, so sending it twice is harmless).
+    pub(crate) async fn release(self: &Arc<Self>) -> Result<(), LockError> {
         // Not `release_checked`: judging the deadline reads the clock, which a plain release
         // (every engine cycle) does not need.
         if self.flag_was_set(RELEASE_STARTED) {
             return Ok(());
         }
         self.mark_released();
-        self.backend.release(&self.core).await.map(|_| ())
+        let unfinished = Unfinished(Some(self.clone()));
+        let released = self.backend.release(&self.core).await;
+        unfinished.done();
+        released.map(|_| ())
     }
 
     /// Releases; whether the hold was still ours until then: not lost, and the storage still
     /// had it under our owner (see [`Releasing`]). A second call answers from the state.
-    pub(crate) async fn release_checked(&self) -> Result<bool, LockError> {
+    /// Cancel safe as [`Self::release`].
+    pub(crate) async fn release_checked(self: &Arc<Self>) -> Result<bool, LockError> {
         if self.flag_was_set(RELEASE_STARTED) {
             return Ok(self.state() != LOST);
         }
         let lost = self.check_deadline();
         self.mark_released();
-        let ours = self.backend.release(&self.core).await?;
-        Ok(ours && !lost)
+        let unfinished = Unfinished(Some(self.clone()));
+        let ours = self.backend.release(&self.core).await;
+        unfinished.done();
+        Ok(ours? && !lost)
     }
 
     /// The handle was dropped: release in the background unless already released.
@@ -409,14 +418,38 @@ impl HoldRuntime {
             return;
         }
         self.mark_released();
+        self.release_in_background();
+    }
+
+    /// Sends the release from a task of its own (without a runtime, the hold simply lapses at
+    /// its lease).
+    fn release_in_background(self: &Arc<Self>) {
         let shared = self.clone();
-        // Without a runtime the hold simply lapses at its lease.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if let Err(e) = shared.backend.release(&shared.core).await {
-                    tracing::warn!(error = %e, "background release of a dropped lock handle failed");
+                    tracing::warn!(error = %e, "background release of a lock handle failed");
                 }
             });
+        }
+    }
+}
+
+/// A release in flight: dropped before [`Unfinished::done`] (its caller's future was
+/// cancelled), it sends the release again from the background, so a cancelled `release()`
+/// never leaves the hold to lapse at its lease.
+struct Unfinished(Option<Arc<HoldRuntime>>);
+
+impl Unfinished {
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.release_in_background();
         }
     }
 }
