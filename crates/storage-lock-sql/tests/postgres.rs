@@ -10,6 +10,9 @@ async fn postgres() -> PostgresStorage {
     PostgresStorage::builder()
         .url(url)
         .table("storage_lock_suite")
+        // Time for a loaded machine: the default 5 s to get a connection failed the suite
+        // once with a release build beside it (PoolTimedOut); no case needs it to time out.
+        .acquire_timeout(std::time::Duration::from_secs(30))
         .open()
         .await
         .expect("connect to PostgreSQL")
