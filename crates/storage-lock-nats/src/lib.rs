@@ -335,9 +335,20 @@ impl NatsStorageBuilder {
         check_server_version(&client.server_info().version)?;
         let mut js = async_nats::jetstream::new(client);
         js.set_timeout(self.timeout);
-        let store = match js.get_key_value(&self.bucket).await {
-            Ok(store) => store,
-            Err(_) => js
+        // A lookup while another client creates the bucket can go unanswered (see `led`): ask
+        // again rather than wait out the whole request timeout.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let found = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(PROBE.min(left), js.get_key_value(&self.bucket)).await {
+                Ok(found) => break found.ok(),
+                Err(_) if left > PROBE => {}
+                Err(_) => break None,
+            }
+        };
+        let store = match found {
+            Some(store) => store,
+            None => js
                 .create_key_value(kv::Config {
                     bucket: self.bucket.clone(),
                     description: "storage-lock records".to_owned(),
@@ -349,7 +360,7 @@ impl NatsStorageBuilder {
                 .await
                 .map_err(err("open"))?,
         };
-        let status = store.status().await.map_err(err("open"))?;
+        let status = led(&store, self.timeout).await?;
         let config = &status.info.config;
         let problem = if config.storage == StorageType::Memory {
             Some(format!(
@@ -458,6 +469,49 @@ impl NatsStorage {
         }
     }
 }
+
+/// The bucket's status once its stream has a leader (at once for a stream that is not
+/// replicated).
+///
+/// A replicated bucket that another client is creating at this moment is found (or "created")
+/// before its stream has elected a leader, and a request the leader should answer that is sent
+/// then — a message-get, a stream-info — is never answered: every such caller's first read
+/// would wait out the whole request timeout and fail. So `open` asks for the stream's info
+/// until it names a leader, each ask given at most [`PROBE`] (an unanswered one is asked
+/// again; it only reads), all within the builder's timeout.
+async fn led(store: &Store, timeout: Duration) -> Result<kv::bucket::Status, StorageError> {
+    use async_nats::jetstream::context::RequestErrorKind;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        // (`Store::status` would return the info as it was when the store was made.)
+        match tokio::time::timeout(PROBE.min(left), store.stream.get_info()).await {
+            Ok(Ok(info)) if info.cluster.as_ref().is_none_or(|c| c.leader.is_some()) => {
+                let bucket = store.name.clone();
+                return Ok(kv::bucket::Status { info, bucket });
+            }
+            Ok(Err(e)) if e.kind() != RequestErrorKind::TimedOut => {
+                return Err(StorageError::backend(NAME, "open", e));
+            }
+            // No leader yet, or no answer.
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StorageError::backend(
+                NAME,
+                "open",
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the stream of bucket {:?} elected no leader", store.name),
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How long [`led`] waits for one answer before it asks again.
+const PROBE: Duration = Duration::from_secs(1);
 
 /// Whether a KV message holds a value (not a delete or purge marker).
 fn is_value(m: &StreamMessage) -> bool {

@@ -202,6 +202,42 @@ async fn a_node_without_quorum_grants_nothing() {
     .await;
 }
 
+/// Clients opening a replicated bucket that does not exist yet, all at once (as a fleet's
+/// processes do on their first start): each one's first read is answered. A creator whose
+/// create call found the bucket already being created used to get it before its stream had a
+/// leader, and its first read then waited out the whole request timeout and failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_opening_a_new_replicated_bucket_together_can_all_read_it() {
+    use storage_lock_core::Storage;
+    let url =
+        std::env::var("STORAGE_LOCK_NATS_CLUSTER_URL").expect("STORAGE_LOCK_NATS_CLUSTER_URL");
+    let bucket = format!("storage-lock-new-{:x}", std::process::id());
+    let opened = futures_util::future::join_all((0..8).map(|_| async {
+        let storage = NatsStorageBuilder::from_url(&url)
+            .unwrap()
+            .bucket(&bucket)
+            .timeout(std::time::Duration::from_secs(10))
+            .open()
+            .await
+            .expect("open");
+        storage.get("k").await
+    }))
+    .await;
+    let first = url
+        .trim_start_matches("nats://")
+        .split([',', '?'])
+        .next()
+        .unwrap();
+    let js = async_nats::jetstream::new(async_nats::connect(first).await.expect("connect"));
+    js.delete_key_value(&bucket).await.expect("clean up");
+    for (i, read) in opened.into_iter().enumerate() {
+        assert!(
+            read.expect("the first read is answered").is_none(),
+            "client {i}"
+        );
+    }
+}
+
 /// A bucket in memory storage forgets holds on a restart, one with a `max_age` forgets released
 /// records: refused unless accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
