@@ -203,10 +203,13 @@ pub struct RunArgs {
     /// Exit code when the lock is not acquired in time (like `flock -E`).
     #[arg(short = 'E', long, value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
-    /// Exclusive lock (the default and only kind; accepted for flock(1) habits).
+    /// Exclusive lock (the default, like flock -x): no other run of NAME, shared or
+    /// exclusive, runs meanwhile.
     #[arg(short = 'x', long)]
     pub exclusive: bool,
-    /// Shared lock: not supported yet (rejected; read-write locks come later).
+    /// Shared lock (like flock -s): shared runs of NAME run together (16 at most), never with
+    /// an exclusive one; a waiting exclusive run keeps new shared runs out. Needs a storage
+    /// with compare-and-set (not a lock server's URL).
     #[arg(short = 's', long, conflicts_with = "exclusive")]
     pub shared: bool,
     /// Run this command string with `sh -c` (like `flock -c`) instead of CMD.

@@ -7,7 +7,7 @@
 //! | child's | `run`: the command ran; its own exit code is passed through |
 //! | 128 + N | `run`: the command was killed by signal N (or the wait was interrupted by signal N) |
 //! | 0 | any other subcommand succeeded |
-//! | 2 | usage error: bad arguments, unknown scheme, malformed URL, invalid name, invalid token, `--renew` / `--kill-grace` not fitting the lease, `-s` |
+//! | 2 | usage error: bad arguments, unknown scheme, malformed URL, invalid name, invalid token, `--renew` / `--kill-grace` not fitting the lease, `-s` through a lock server's URL or with `elect` |
 //! | 65 | the lock's stored data makes it unusable: its record does not decode, or its fencing token reached the storage's bound (use another name; retrying does not help) (`EX_DATAERR`) |
 //! | 69 | storage unavailable: cannot be opened, reached, or refused an operation |
 //! | 75 | not acquired: the lock was busy until the wait ran out (`run`, `acquire`; `--conflict-exit-code` changes it) |

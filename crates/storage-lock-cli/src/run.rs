@@ -48,7 +48,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use storage_lock::backend::HolderInfo;
-use storage_lock::{AcquireOptions, LockHandle};
+use storage_lock::kinds::{ReadGuard, RwLock, WriteGuard};
+use storage_lock::{AcquireOptions, Busy, LockError, LockHandle};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -146,12 +147,33 @@ pub async fn run(
     quiet: bool,
     verbose: u8,
 ) -> Result<u8, Failure> {
+    hold_and_run(args, url, quiet, verbose, false).await
+}
+
+/// Runs `elect`'s command: as [`run`], holding the name's exclusive lock itself (the election's
+/// seat), never its reader-writer lock.
+pub async fn run_elected(
+    args: RunArgs,
+    url: Option<&str>,
+    quiet: bool,
+    verbose: u8,
+) -> Result<u8, Failure> {
     if args.shared {
         return Err(Failure::usage(
-            "shared (-s) locks are not supported yet: every lock is exclusive \
-             (read-write locks come later)",
+            "elect takes no -s: a candidate holds the election's seat alone",
         ));
     }
+    hold_and_run(args, url, quiet, verbose, true).await
+}
+
+/// [`run`]; `plain`: hold the name's exclusive lock, not its reader-writer lock.
+async fn hold_and_run(
+    args: RunArgs,
+    url: Option<&str>,
+    quiet: bool,
+    verbose: u8,
+    plain: bool,
+) -> Result<u8, Failure> {
     validate_name(&args.name)?;
     let timing = Timing::new(args.lease, args.renew, args.kill_grace)?;
     let argv = args.argv();
@@ -166,42 +188,63 @@ pub async fn run(
         .note(note);
 
     let opened = storage::open(url, HolderInfo::this_process(), quiet).await?;
+    let mode = if plain {
+        Mode::Plain
+    } else {
+        Mode::of(&args, &opened)?
+    };
     let mut signals = Signals::new()?;
     let started = Instant::now();
     let acquire = progress::while_waiting(
         progress::enabled(quiet),
         opened.storage.as_ref(),
         &args.name,
-        opened.locks.try_acquire_or_busy(&args.name, &options),
+        mode.acquire(&opened, &args.name, &options),
     );
-    let handle = tokio::select! {
+    let held = tokio::select! {
         acquired = acquire => acquired.map_err(|e| Failure::lock("cannot acquire the lock", &e))?,
         signal = signals.recv() => {
             tracing::debug!(?signal, "interrupted while waiting");
             return Ok(exit::signaled(signal as i32));
         }
     };
-    let handle = match handle {
-        Ok(handle) => handle,
+    let held = match held {
+        Ok(held) => held,
         Err(busy) => {
             // Like `flock -n`: a busy lock under --no-wait is an expected outcome, silent
             // unless -v.
             let silent = args.wait.no_wait && verbose == 0;
-            busy_notice(quiet || silent, &busy, &args.name, started.elapsed());
+            let busy = match busy {
+                Some(busy) => Some(busy),
+                None => mode.busy(&opened, &args.name).await,
+            };
+            let waited = started.elapsed();
+            match busy {
+                Some(busy) => busy_notice(quiet || silent, &busy, &args.name, waited),
+                None if quiet || silent => {}
+                None => eprintln!(
+                    "storage-lock: lock {:?} not acquired after {}: held by shared (-s) runs",
+                    args.name,
+                    output::duration(waited),
+                ),
+            }
             return Ok(args.conflict_exit_code);
         }
     };
+    let handle = held.handle();
+    let token = held.fencing_token();
     tracing::debug!(
         name = %args.name,
-        fencing = handle.fencing_token(),
+        ?mode,
+        fencing = token,
         waited = ?started.elapsed(),
         "acquired"
     );
 
-    let mut sentinel = match start_sentinel(&handle, timing) {
+    let mut sentinel = match start_sentinel(handle, &args.name, timing) {
         Ok(sentinel) => sentinel,
         Err(failure) => {
-            release(&handle, quiet).await;
+            release(handle, &args.name, quiet).await;
             return Err(failure);
         }
     };
@@ -209,11 +252,11 @@ pub async fn run(
         sentinel.hold(url, handle.key(), owner);
     }
     let terminal = Terminal::foreground();
-    let child = match spawn(program, program_args, &handle, terminal.is_some()) {
+    let child = match spawn(program, program_args, &held, &args.name, terminal.is_some()) {
         Ok(child) => child,
         Err(failure) => {
             sentinel.done();
-            release(&handle, quiet).await;
+            release(handle, &args.name, quiet).await;
             return Err(failure);
         }
     };
@@ -223,7 +266,7 @@ pub async fn run(
         .map(|id| Group(Pid::from_raw(id)))
     else {
         sentinel.done();
-        release(&handle, quiet).await;
+        release(handle, &args.name, quiet).await;
         return Err(Failure::new(
             exit::INTERNAL,
             "the command has no process id",
@@ -234,7 +277,9 @@ pub async fn run(
         terminal.give_to(group);
     }
     let mut supervisor = Supervisor {
-        handle: &handle,
+        handle,
+        name: &args.name,
+        token,
         group,
         sentinel: &mut sentinel,
         terminal: terminal.as_ref(),
@@ -247,7 +292,7 @@ pub async fn run(
         terminal.take_back();
     }
     sentinel.done();
-    let ours = release(&handle, quiet).await;
+    let ours = release(handle, &args.name, quiet).await;
     match code {
         // The hold was broken, swept or taken over after the last renewal (or on a storage
         // without change notifications): the command ran part of its time without the lock.
@@ -256,8 +301,8 @@ pub async fn run(
             format!(
                 "lock {} was no longer held by this run when the command ended (broken, swept \
                  or taken over; fencing token {}); the command exited with {code}",
-                output::quoted(handle.name()),
-                handle.fencing_token(),
+                output::quoted(&args.name),
+                token,
             ),
         )),
         code => code,
@@ -273,7 +318,7 @@ fn default_note(program: &OsString) -> String {
 }
 
 /// Starts the dead-man switch with the hold's current deadline. Refuses to go on without it.
-fn start_sentinel(handle: &LockHandle, timing: Timing) -> Result<Sentinel, Failure> {
+fn start_sentinel(handle: &LockHandle, name: &str, timing: Timing) -> Result<Sentinel, Failure> {
     let boot = boottime_nanos()
         .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot read CLOCK_BOOTTIME: {e}")))?;
     let Some(left) = handle.time_left() else {
@@ -281,7 +326,7 @@ fn start_sentinel(handle: &LockHandle, timing: Timing) -> Result<Sentinel, Failu
             exit::LOST,
             format!(
                 "lock {} was lost before the command could start",
-                output::quoted(handle.name())
+                output::quoted(name)
             ),
         ));
     };
@@ -299,7 +344,8 @@ fn start_sentinel(handle: &LockHandle, timing: Timing) -> Result<Sentinel, Failu
 fn spawn(
     program: &OsString,
     args: &[OsString],
-    handle: &LockHandle,
+    held: &Held,
+    name: &str,
     foreground: bool,
 ) -> Result<Child, Failure> {
     // Without this binary's path the command starts directly and gets the terminal a moment
@@ -316,17 +362,109 @@ fn spawn(
         None => Command::new(program),
     };
     cmd.args(args)
-        .env("STORAGE_LOCK_NAME", handle.name())
+        .env("STORAGE_LOCK_NAME", name)
         .env(
             "STORAGE_LOCK_FENCING_TOKEN",
-            handle.fencing_token().to_string(),
+            held.fencing_token().to_string(),
         )
         .env(
             "STORAGE_LOCK_EXPIRES_AT",
-            output::rfc3339(handle.expires_at()),
+            output::rfc3339(held.handle().expires_at()),
         )
         .process_group(0);
     cmd.spawn().map_err(|e| Failure::cannot_run(program, &e))
+}
+
+/// How `run` holds its name, like flock(1) holds a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `-s`: one of many readers of the name's reader-writer lock ([`RwLock::read`]).
+    Shared,
+    /// The default and `-x`: the writer of the name's reader-writer lock ([`RwLock::write`]):
+    /// it waits for shared runs, and shared runs wait for it.
+    Exclusive,
+    /// The default and `-x` on a storage without compare-and-set primitives (a lock server's
+    /// URL), and `elect`: the exclusive lock of the name, the reader-writer lock's gate. No
+    /// shared run can be made through such a storage; one made directly on the storage behind
+    /// the server is not waited for.
+    Plain,
+}
+
+impl Mode {
+    /// The mode `args` ask for, on `opened`'s storage.
+    fn of(args: &RunArgs, opened: &storage::Opened) -> Result<Self, Failure> {
+        let primitives = opened.storage.primitives().is_some();
+        match (args.shared, primitives) {
+            (true, true) => Ok(Self::Shared),
+            (true, false) => Err(Failure::usage(format!(
+                "shared (-s) runs need a storage with compare-and-set (SQL, Redis, etcd, NATS, \
+                 S3); {} has none (a lock server's URL): use the storage behind it",
+                opened.shown
+            ))),
+            (false, true) => Ok(Self::Exclusive),
+            (false, false) => Ok(Self::Plain),
+        }
+    }
+
+    /// Takes the hold: `Err(Some(busy))` when the storage said who holds it, `Err(None)` when
+    /// the wait ran out without saying (see [`Self::busy`]).
+    async fn acquire(
+        self,
+        opened: &storage::Opened,
+        name: &str,
+        options: &AcquireOptions,
+    ) -> Result<Result<Held, Option<Busy>>, LockError> {
+        let rw = || RwLock::new(&opened.locks, name);
+        Ok(match self {
+            Self::Plain => opened
+                .locks
+                .try_acquire_or_busy(name, options)
+                .await?
+                .map(Held::Plain)
+                .map_err(Some),
+            Self::Exclusive => rw()?.write(options).await?.map(Held::Write).ok_or(None),
+            Self::Shared => rw()?.read(options).await?.map(Held::Read).ok_or(None),
+        })
+    }
+
+    /// Who keeps `name` from this mode, as far as one read of its gate tells: an exclusive
+    /// run that holds or waits (its holder and lease), else (`None`) shared runs.
+    async fn busy(self, opened: &storage::Opened, name: &str) -> Option<Busy> {
+        let key = opened.locks.key_for(name).ok()?;
+        let gate = opened.storage.get(&key).await.ok()??;
+        let now = opened.storage.now().await.ok()?;
+        (gate.record.count > 0 && gate.record.expires_at > now).then(|| Busy {
+            holder: gate.record.holder.clone(),
+            left: gate.record.expires_at.saturating_since(now),
+        })
+    }
+}
+
+/// A run's hold.
+enum Held {
+    Plain(LockHandle),
+    Write(WriteGuard),
+    Read(ReadGuard),
+}
+
+impl Held {
+    /// The hold renewed, watched and released: the gate, or a shared run's reader slot.
+    fn handle(&self) -> &LockHandle {
+        match self {
+            Self::Plain(h) => h,
+            Self::Write(w) => w.handle(),
+            Self::Read(r) => r.handle(),
+        }
+    }
+
+    /// The run's fencing token (a shared run's: its read's, see [`RwLock`]).
+    fn fencing_token(&self) -> u64 {
+        match self {
+            Self::Plain(h) => h.fencing_token(),
+            Self::Write(w) => w.fencing_token(),
+            Self::Read(r) => r.fencing_token(),
+        }
+    }
 }
 
 /// Why `run` is stopping the command's group.
@@ -343,6 +481,10 @@ enum Why {
 /// The state of one supervised command.
 struct Supervisor<'a> {
     handle: &'a LockHandle,
+    /// The run's lock name (a shared run's hold is one of its reader slots).
+    name: &'a str,
+    /// The run's fencing token (a shared run's is its read's, not its slot's).
+    token: u64,
     group: Group,
     sentinel: &'a mut Sentinel,
     terminal: Option<&'a Terminal>,
@@ -454,13 +596,13 @@ impl Supervisor<'_> {
                 exit::LOST,
                 format!(
                     "lock {} {} while the command ran (fencing token {}); the command {}",
-                    output::quoted(self.handle.name()),
+                    output::quoted(self.name),
                     if why == Why::Lost {
                         "was lost"
                     } else {
                         "could not be renewed in time"
                     },
-                    self.handle.fencing_token(),
+                    self.token,
                     describe(status),
                 ),
             )),
@@ -468,8 +610,8 @@ impl Supervisor<'_> {
                 exit::LOST,
                 format!(
                     "lock {} was lost while the command ran (fencing token {}); the command {}",
-                    output::quoted(self.handle.name()),
-                    self.handle.fencing_token(),
+                    output::quoted(self.name),
+                    self.token,
                     describe(status),
                 ),
             )),
@@ -500,8 +642,8 @@ impl Supervisor<'_> {
             (a, b) => a.or(b),
         };
         if !self.quiet {
-            let name = output::quoted(self.handle.name());
-            let token = self.handle.fencing_token();
+            let name = output::quoted(self.name);
+            let token = self.token;
             let grace = humantime::format_duration(self.timing.kill_grace);
             match why {
                 Why::Lost => eprintln!(
@@ -552,17 +694,16 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Releases the hold; a failure is only reported (the lease frees the lock anyway).
 /// Releases the hold; whether it was still ours until then (`None`: the release failed, and
-/// a warning was printed unless quiet).
-async fn release(handle: &LockHandle, quiet: bool) -> Option<bool> {
+/// a warning was printed unless quiet: the lease frees the lock anyway).
+async fn release(handle: &LockHandle, name: &str, quiet: bool) -> Option<bool> {
     match handle.release_checked().await {
         Ok(ours) => Some(ours),
         Err(e) => {
             if !quiet {
                 eprintln!(
                     "storage-lock: warning: could not release lock {} (it frees itself when its lease ends): {}",
-                    output::quoted(handle.name()),
+                    output::quoted(name),
                     Failure::lock("release", &e),
                 );
             }

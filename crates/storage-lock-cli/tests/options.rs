@@ -365,10 +365,18 @@ fn flock_options_c_and_s() {
         );
         assert_eq!(out.status.code(), Some(4), "{url}: {out:?}");
         assert_eq!(stdout(&out).trim(), name, "{url}");
-        let out = run_cli(d, &url, &["run", &name, "-s", "--", "true"]);
+        let out = run_cli(
+            d,
+            &url,
+            &["run", &name, "-s", "-c", "echo \"$STORAGE_LOCK_NAME\""],
+        );
+        assert_eq!(out.status.code(), Some(0), "{url}: {out:?}");
+        assert_eq!(stdout(&out).trim(), name, "{url}");
+        // A candidate holds the seat alone.
+        let out = run_cli(d, &url, &["elect", &name, "-s", "--", "true"]);
         assert_eq!(out.status.code(), Some(2), "{url}: {out:?}");
-        assert!(stderr(&out).contains("shared"), "{url}: {out:?}");
-        assert_clean_failure("-s", &out);
+        assert!(stderr(&out).contains("-s"), "{url}: {out:?}");
+        assert_clean_failure("elect -s", &out);
     }
 }
 

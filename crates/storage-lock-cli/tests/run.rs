@@ -229,3 +229,106 @@ fn sigterm_reaches_the_command_and_the_lock_is_released() {
         assert_eq!(record["state"], "released", "{url}: {record}");
     }
 }
+
+/// `run -s` and `run -x` on one name behave as `flock -s` and `flock -x` on one file: shared
+/// runs run together, an exclusive one never beside them, and a waiting exclusive run keeps new
+/// shared runs out (writer-preferring). Every step waits on a file a command wrote or on the
+/// storage's state, never on time.
+#[test]
+fn shared_runs_run_together_and_never_beside_an_exclusive_one() {
+    const LIMIT: Duration = Duration::from_secs(60);
+    let dir = tempfile::tempdir().unwrap();
+    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+        let dir = &support::Scratch::new(dir.path(), i);
+        let d = dir.path();
+        let name = unique("rw");
+        // A failed assertion must not leave the runs below waiting for `$GO` for ever (they
+        // would hold the test harness's output pipe open): on the way out, every go file exists.
+        let _go = support::OnDrop(|| {
+            for go in ["go-readers", "go-writer"] {
+                let _ = std::fs::write(file(d, go), "");
+            }
+        });
+        // Records start, token, waits for `$GO`, records end.
+        let script = "date +%s%N > \"$OUT.start\"; echo \"$STORAGE_LOCK_FENCING_TOKEN\" > \
+                      \"$OUT.token\"; while [ ! -e \"$GO\" ]; do sleep 0.02; done; \
+                      date +%s%N > \"$OUT.end\"";
+        let start = |who: &str, mode: &str, go: &str| {
+            cli(
+                d,
+                &url,
+                &["run", &name, mode, "-w", "60", "--", "sh", "-c", script],
+            )
+            .env("OUT", file(d, who))
+            .env("GO", file(d, go))
+            .spawn()
+            .unwrap()
+        };
+        let started = |who: &str| file(d, &format!("{who}.start")).exists();
+        let try_now = |mode: &[&str]| {
+            let mut args = vec!["run", name.as_str(), "-n"];
+            args.extend(mode);
+            args.extend(["--", "true"]);
+            support::output_within(&mut cli(d, &url, &args), LIMIT)
+                .status
+                .code()
+        };
+
+        // Two shared runs at once: each waits for the other's release would never end.
+        let mut a = start("a", "-s", "go-readers");
+        let mut b = start("b", "-s", "go-readers");
+        wait_until(LIMIT, "both shared runs running together", || {
+            started("a") && started("b")
+        });
+        // An exclusive run waits for them, holding the gate: new shared runs are kept out.
+        let mut x = start("x", "-x", "go-writer");
+        wait_until(LIMIT, "the exclusive run waiting at the gate", || {
+            is_held(d, &url, &name)
+        });
+        assert_eq!(
+            try_now(&["-s"]),
+            Some(75),
+            "{url}: a waiting writer lets a reader in"
+        );
+        assert!(
+            !started("x"),
+            "{url}: the exclusive run started beside readers"
+        );
+        std::fs::write(file(d, "go-readers"), "").unwrap();
+        for (who, child) in [("a", &mut a), ("b", &mut b)] {
+            assert!(wait_within(child, LIMIT).success(), "{url}: {who}");
+        }
+        wait_until(LIMIT, "the exclusive run", || started("x"));
+        // While it runs, neither a shared nor another exclusive run gets in.
+        assert_eq!(
+            try_now(&["-s"]),
+            Some(75),
+            "{url}: a reader beside the writer"
+        );
+        assert_eq!(try_now(&["-x"]), Some(75), "{url}: two writers");
+        assert_eq!(try_now(&[]), Some(75), "{url}: the default is exclusive");
+        std::fs::write(file(d, "go-writer"), "").unwrap();
+        assert!(wait_within(&mut x, LIMIT).success(), "{url}: x");
+        let mut c = start("c", "-s", "go-writer");
+        assert!(wait_within(&mut c, LIMIT).success(), "{url}: c");
+
+        let n = |who: &str, part: &str| -> u128 {
+            read(&file(d, &format!("{who}.{part}")))
+                .parse()
+                .unwrap_or_else(|_| panic!("{url}: {who}.{part} missing"))
+        };
+        let readers_end = n("a", "end").max(n("b", "end"));
+        assert!(
+            n("x", "start") >= readers_end,
+            "{url}: the exclusive run started before the shared runs ended"
+        );
+        assert!(n("c", "start") >= n("x", "end"), "{url}: c overlapped x");
+        // Fencing: the writer's token beats every earlier reader's; the next reader's is at
+        // least the writer's.
+        assert!(
+            n("x", "token") > n("a", "token").max(n("b", "token")),
+            "{url}"
+        );
+        assert!(n("c", "token") >= n("x", "token"), "{url}");
+    }
+}

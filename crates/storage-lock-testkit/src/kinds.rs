@@ -1,13 +1,13 @@
-//! The lock kinds suite: multi-locks, semaphores and leader election ([`storage_lock_core::kinds`]) over a
+//! The lock kinds suite: multi-locks, semaphores, reader-writer locks and leader election ([`storage_lock_core::kinds`]) over a
 //! [`StorageLock`] on the given storage. Exclusion is checked as in the semantics suite, by
 //! [`OverlapDetector`]s (one per name, one per permit slot), never by a synchronised counter.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use storage_lock_core::fault::FaultyStorage;
-use storage_lock_core::kinds::{Election, MAX_VALUE_LEN, Observed, Semaphore, acquire_all};
+use storage_lock_core::kinds::{Election, MAX_VALUE_LEN, Observed, RwLock, Semaphore, acquire_all};
 use storage_lock_core::{
     AcquireOptions, LockError, LockEventKind, RenewalResult, Storage, StorageLock, Wait,
 };
@@ -578,4 +578,349 @@ pub async fn semaphore_dropped_acquisitions_leave_no_permit_out<S: Storage>(s: S
         .unwrap()
         .expect("a dropped acquisition left a permit out");
     all.release().await.unwrap();
+}
+
+/// Readers and writers of one [`RwLock`] contend without limit: no reader ever sees a write in
+/// progress or a write during its read (a torn-write detector: writers store their token in two
+/// steps, readers compare both at the start and the end of their read), writers never overlap
+/// (an [`OverlapDetector`]), every writer's token is greater than every earlier reader's, and
+/// every reader's token is at least the last writer's.
+pub async fn rwlock_readers_never_see_a_write_and_writers_exclude_each_other<S: Storage>(s: S) {
+    const WRITERS: usize = 2;
+    const READERS: usize = 4;
+    const ROUNDS: usize = 6;
+    struct Shared {
+        first: AtomicU64,
+        second: AtomicU64,
+        readers_inside: AtomicUsize,
+        max_reader_token: AtomicU64,
+        writers: OverlapDetector,
+        writes: AtomicUsize,
+    }
+    let l = locks(s);
+    let rw = RwLock::with_max_readers(&l, &unique_prefix("rw-overlap"), 3).unwrap();
+    let shared = Arc::new(Shared {
+        first: AtomicU64::new(0),
+        second: AtomicU64::new(0),
+        readers_inside: AtomicUsize::new(0),
+        max_reader_token: AtomicU64::new(0),
+        writers: OverlapDetector::new(),
+        writes: AtomicUsize::new(0),
+    });
+    let o = opts(Wait::Forever, Duration::from_secs(30));
+    let mut tasks = Vec::new();
+    for _ in 0..WRITERS {
+        let (rw, shared, o) = (rw.clone(), shared.clone(), o.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let w = rw.write(&o).await.expect("write").expect("Wait::Forever");
+                let token = w.fencing_token();
+                let readers_max = shared.max_reader_token.load(Ordering::SeqCst);
+                assert!(
+                    token > readers_max,
+                    "writer token {token} after reader token {readers_max}"
+                );
+                assert_eq!(
+                    shared.readers_inside.load(Ordering::SeqCst),
+                    0,
+                    "a reader inside a write"
+                );
+                shared.writers.critical_section(token).await;
+                // A write in two steps, with a pause between: a reader in between sees it torn.
+                shared.first.store(token, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                shared.second.store(token, Ordering::SeqCst);
+                assert_eq!(
+                    shared.readers_inside.load(Ordering::SeqCst),
+                    0,
+                    "a reader inside a write"
+                );
+                shared.writes.fetch_add(1, Ordering::Relaxed);
+                w.release().await.expect("release");
+            }
+        }));
+    }
+    for _ in 0..READERS {
+        let (rw, shared, o) = (rw.clone(), shared.clone(), o.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let r = rw.read(&o).await.expect("read").expect("Wait::Forever");
+                shared.readers_inside.fetch_add(1, Ordering::SeqCst);
+                let token = r.fencing_token();
+                shared.max_reader_token.fetch_max(token, Ordering::SeqCst);
+                let before = (
+                    shared.first.load(Ordering::SeqCst),
+                    shared.second.load(Ordering::SeqCst),
+                );
+                assert_eq!(before.0, before.1, "a reader saw a write in progress");
+                assert!(
+                    token >= before.0,
+                    "reader token {token} below the last writer's {}",
+                    before.0
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let after = (
+                    shared.first.load(Ordering::SeqCst),
+                    shared.second.load(Ordering::SeqCst),
+                );
+                assert_eq!(before, after, "a write happened during a read");
+                shared.readers_inside.fetch_sub(1, Ordering::SeqCst);
+                r.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        timeout(Duration::from_secs(180), t)
+            .await
+            .expect("the RW lock's readers and writers finished (or the machine stalled)")
+            .expect("task");
+    }
+    shared
+        .writers
+        .assert_exclusive(shared.writes.load(Ordering::Relaxed) as u64);
+}
+
+/// Readers share; a try to write while they read fails and leaves the gate free; a writer that
+/// waits keeps new readers out (writer preference) and gets in once the readers leave, with a
+/// token above theirs; a reader that waited behind it gets a token at least the writer's.
+pub async fn rwlock_a_waiting_writer_keeps_new_readers_out<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("rw-prefer");
+    let rw = RwLock::new(&l, &name).unwrap();
+    let now = opts(Wait::Never, Duration::from_secs(60));
+    let r1 = rw.read(&now).await.unwrap().expect("free");
+    let r2 = rw.read(&now).await.unwrap().expect("readers share");
+    assert!(rw.write(&now).await.unwrap().is_none(), "readers are in");
+    let r3 = rw
+        .read(&now)
+        .await
+        .unwrap()
+        .expect("the failed try to write left the gate free");
+    r3.release().await.unwrap();
+
+    let gate = l.key_for(&name).unwrap().into_owned();
+    let mut events = l.subscribe();
+    let writer = {
+        let rw = rw.clone();
+        tokio::spawn(async move {
+            rw.write(&opts(
+                Wait::For(Duration::from_secs(60)),
+                Duration::from_secs(60),
+            ))
+            .await
+        })
+    };
+    crate::semantics::until_event(&mut events, &gate, LockEventKind::Acquired).await;
+    // The writer holds the gate and waits for r1 and r2: a new reader waits behind it.
+    assert!(
+        rw.read(&opts(
+            Wait::For(Duration::from_millis(300)),
+            Duration::from_secs(60)
+        ))
+        .await
+        .unwrap()
+        .is_none(),
+        "a reader got in past a waiting writer"
+    );
+    let late_reader = {
+        let rw = rw.clone();
+        tokio::spawn(async move {
+            rw.read(&opts(
+                Wait::For(Duration::from_secs(60)),
+                Duration::from_secs(60),
+            ))
+            .await
+        })
+    };
+    let reader_tokens = [r1.fencing_token(), r2.fencing_token()];
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = timeout(Duration::from_secs(90), writer)
+        .await
+        .expect("the writer finished")
+        .unwrap()
+        .unwrap()
+        .expect("the writer got in once the readers left");
+    for t in reader_tokens {
+        assert!(
+            w.fencing_token() > t,
+            "writer {} after reader {t}",
+            w.fencing_token()
+        );
+    }
+    w.release().await.unwrap();
+    let r = timeout(Duration::from_secs(90), late_reader)
+        .await
+        .expect("the late reader finished")
+        .unwrap()
+        .unwrap()
+        .expect("the late reader got in after the writer");
+    assert!(r.fencing_token() >= w.fencing_token());
+    r.release().await.unwrap();
+}
+
+/// A writer and a reader that vanish without releasing (a crash: their releases never reach
+/// the storage) hold others off only until their leases end: a reader gets in after the dead
+/// writer's lease, with a token at least the writer's; a writer gets in after the dead reader's
+/// lease, with a token above the reader's.
+pub async fn rwlock_a_crashed_writer_or_reader_lapses_with_its_lease<S: Storage>(s: S) {
+    let shared = Arc::new(s);
+    let cut_writer = Arc::new(FaultyStorage::new(shared.clone()));
+    let cut_reader = Arc::new(FaultyStorage::new(shared.clone()));
+    let l = StorageLock::builder_arc(shared).build().unwrap();
+    let name = unique_prefix("rw-crash");
+    let lease = Duration::from_secs(1);
+    let side = |cut: &Arc<FaultyStorage<Arc<S>>>| {
+        let locks = StorageLock::builder_arc(cut.clone()).build().unwrap();
+        RwLock::with_max_readers(&locks, &name, 2).unwrap()
+    };
+    let rw = RwLock::with_max_readers(&l, &name, 2).unwrap();
+    let patient = opts(Wait::For(Duration::from_secs(60)), lease);
+
+    let dead_writer = side(&cut_writer)
+        .write(&opts(Wait::Never, lease))
+        .await
+        .unwrap()
+        .expect("free");
+    let writer_token = dead_writer.fencing_token();
+    cut_writer.set_outage(true);
+    drop(dead_writer);
+    let r = rw
+        .read(&patient)
+        .await
+        .unwrap()
+        .expect("the dead writer's gate lapsed");
+    assert!(r.fencing_token() >= writer_token);
+    r.release().await.unwrap();
+
+    let dead_reader = side(&cut_reader)
+        .read(&opts(Wait::Never, lease))
+        .await
+        .unwrap()
+        .expect("free");
+    let reader_token = dead_reader.fencing_token();
+    cut_reader.set_outage(true);
+    drop(dead_reader);
+    let w = rw
+        .write(&patient)
+        .await
+        .unwrap()
+        .expect("the dead reader's slot lapsed");
+    assert!(w.fencing_token() > reader_token);
+    w.release().await.unwrap();
+}
+
+/// Reads and writes dropped at random points leave nothing held: a write gets in soon after,
+/// long before any of their 30 s leases could lapse.
+pub async fn rwlock_dropped_acquisitions_leave_nothing_held<S: Storage>(s: S) {
+    let l = locks(s);
+    let rw = RwLock::with_max_readers(&l, &unique_prefix("rw-cancel"), 2).unwrap();
+    let o = opts(
+        Wait::For(Duration::from_millis(20)),
+        Duration::from_secs(30),
+    );
+    let mut granted = 0;
+    for i in 0..200u32 {
+        tokio::select! {
+            biased;
+            () = crate::semantics::drop_point(i) => {}
+            done = async {
+                if i % 2 == 0 {
+                    rw.read(&o).await.map(|g| g.map(|_held| ()))
+                } else {
+                    rw.write(&o).await.map(|g| g.map(|_held| ()))
+                }
+            } => {
+                if done.unwrap().is_some() {
+                    granted += 1; // dropped at once: released in the background
+                }
+            }
+        }
+    }
+    assert!(
+        granted > 0,
+        "no acquisition completed; the case exercised nothing"
+    );
+    let w = rw
+        .write(&opts(
+            Wait::For(Duration::from_secs(10)),
+            Duration::from_secs(30),
+        ))
+        .await
+        .unwrap()
+        .expect("a dropped acquisition left a hold behind");
+    w.release().await.unwrap();
+}
+
+/// Bad numbers and names are refused before any storage call, bad options before any storage
+/// call of a read or a write, and an RW lock of a name set up with another number of readers
+/// is refused with a typed error, holding nothing.
+pub async fn rwlock_bad_input_and_another_max_readers_are_refused<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("rw-input");
+    for bad in [0, storage_lock_core::kinds::MAX_PERMITS + 1] {
+        assert!(matches!(
+            RwLock::with_max_readers(&l, &name, bad),
+            Err(LockError::InvalidOptions { .. })
+        ));
+    }
+    assert!(matches!(
+        RwLock::new(&l, " "),
+        Err(LockError::InvalidName { .. })
+    ));
+    let three = RwLock::with_max_readers(&l, &name, 3).unwrap();
+    let zero_lease = opts(Wait::Never, Duration::ZERO);
+    assert!(matches!(
+        three.read(&zero_lease).await,
+        Err(LockError::InvalidOptions { .. })
+    ));
+    assert!(matches!(
+        three.write(&zero_lease).await,
+        Err(LockError::InvalidOptions { .. })
+    ));
+    let now = opts(Wait::Never, Duration::from_secs(30));
+    three
+        .read(&now)
+        .await
+        .unwrap()
+        .expect("free")
+        .release()
+        .await
+        .unwrap();
+    let four = RwLock::with_max_readers(&l, &name, 4).unwrap();
+    for result in [
+        four.read(&now).await.map(|g| g.is_some()),
+        four.write(&now).await.map(|g| g.is_some()),
+    ] {
+        match result {
+            Err(LockError::SemaphoreLimitMismatch {
+                permits: 4,
+                stored: 3,
+                ..
+            }) => {}
+            other => panic!("expected SemaphoreLimitMismatch, got {other:?}"),
+        }
+    }
+    let w = three
+        .write(&now)
+        .await
+        .unwrap()
+        .expect("nothing was left held");
+    w.release().await.unwrap();
+    // A write on a name no reader used sets no reader limit: the first reader does.
+    let fresh = unique_prefix("rw-fresh");
+    let w = RwLock::with_max_readers(&l, &fresh, 4)
+        .unwrap()
+        .write(&now)
+        .await
+        .unwrap()
+        .expect("free");
+    w.release().await.unwrap();
+    let five = RwLock::with_max_readers(&l, &fresh, 5).unwrap();
+    let r = five
+        .read(&now)
+        .await
+        .unwrap()
+        .expect("free, and 5 is the first limit");
+    r.release().await.unwrap();
 }

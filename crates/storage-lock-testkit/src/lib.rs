@@ -212,6 +212,11 @@ macro_rules! __cases {
                 semaphore_with_another_limit_is_refused,
                 semaphore_takes_k_permits_all_or_nothing,
                 semaphore_dropped_acquisitions_leave_no_permit_out,
+                rwlock_readers_never_see_a_write_and_writers_exclude_each_other,
+                rwlock_a_waiting_writer_keeps_new_readers_out,
+                rwlock_a_crashed_writer_or_reader_lapses_with_its_lease,
+                rwlock_dropped_acquisitions_leave_nothing_held,
+                rwlock_bad_input_and_another_max_readers_are_refused,
                 election_a_cut_off_leader_loses_before_the_seat_is_vacant,
             ];
         }

@@ -43,7 +43,7 @@ pub async fn elect(
     };
     validate_value(&value).map_err(|e| Failure::usage(format!("--value: {e}")))?;
     run.note = Some(value);
-    crate::run::run(run, url, quiet, verbose).await
+    crate::run::run_elected(run, url, quiet, verbose).await
 }
 
 /// Runs `leader`: the seat once (exit 0 with a leader, [`VACANT`] without), or every change

@@ -149,6 +149,15 @@ impl Scratch {
     }
 }
 
+/// Runs its closure when dropped, also while a failed assertion unwinds.
+pub struct OnDrop<F: FnMut()>(pub F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
 /// Whether process `pid` is alive: exists and is not a zombie (an orphan's zombie is never
 /// reaped in some containers, so `kill -0` is not enough).
 pub fn alive(pid: u32) -> bool {

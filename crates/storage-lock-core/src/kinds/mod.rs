@@ -1,5 +1,6 @@
 //! Lock kinds built on the exclusive lock: several names held as one ([`acquire_all`]),
-//! counting semaphores ([`Semaphore`]) and leader election ([`Election`]).
+//! counting semaphores ([`Semaphore`]), reader-writer locks ([`RwLock`]) and leader election
+//! ([`Election`]).
 //!
 //! # Which one do I need?
 //!
@@ -7,6 +8,7 @@
 //! |---|---|---|
 //! | one writer per resource | [`crate::DistributedLock::try_acquire`] | one token |
 //! | one holder of *several* resources at once (move money between two accounts) | [`acquire_all`] → [`MultiHandle`] | a token per name |
+//! | many readers or one writer (a catalogue read by many jobs, rebuilt by one) | [`RwLock`] → [`ReadGuard`] / [`WriteGuard`] | writers' tokens rise past every reader's |
 //! | at most N holders (N connections to a licence server, N workers on a GPU pool) | [`Semaphore`] → [`Permit`] / [`Permits`] | a token per permit slot |
 //! | one leader among replicas, and everyone else knowing who it is | [`Election`] → [`Leadership`], [`Observer`] | the term |
 //!
@@ -34,6 +36,12 @@
 //!   with another N gets [`crate::LockError::SemaphoreLimitMismatch`] instead of quietly
 //!   allowing more holders. To change N, stop every holder and delete the record
 //!   ([`limit_key`]).
+//! * **Readers never read while a writer writes, and writers are not starved.** An RW lock's
+//!   gate is an exclusive lock that a writer holds, and its reader slots are a semaphore's
+//!   permits: a reader passes the gate only after its slot is taken, a writer looks at the slots
+//!   only after the gate is taken, and the storage orders the two (see [`RwLock`] for the
+//!   proof). A waiting writer holds the gate, so readers that arrive after it wait; if it dies,
+//!   the gate lapses with its lease.
 //! * **k permits at once are all or nothing**, taken as a multi-lock over k free slots.
 //! * **One leader per term.** An election's seat is one exclusive lock; the leader's value
 //!   rides in its holder note and its term is its fencing token, so terms rise and a deposed
@@ -53,12 +61,14 @@ use crate::contract::Wait;
 
 mod election;
 mod multi;
+mod rwlock;
 mod semaphore;
 
 pub use election::{
     Election, Leadership, MAX_VALUE_LEN, OBSERVE_POLL, Observed, Observer, validate_value,
 };
 pub use multi::{MultiHandle, acquire_all};
+pub use rwlock::{DEFAULT_MAX_READERS, ReadGuard, RwLock, WriteGuard, readers_name};
 pub use semaphore::{
     MAX_PERMITS, Permit, Permits, RESCAN, Semaphore, WATCHED_SLOTS, limit_key, slot_name,
 };

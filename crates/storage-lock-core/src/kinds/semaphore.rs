@@ -196,7 +196,7 @@ impl<S: Storage + ?Sized> Semaphore<S> {
     }
 
     /// Creates the limit record if absent, else checks it (once per semaphore).
-    async fn check_limit(&self) -> Result<(), LockError> {
+    pub(super) async fn check_limit(&self) -> Result<(), LockError> {
         if self.inner.checked.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -211,13 +211,7 @@ impl<S: Storage + ?Sized> Semaphore<S> {
         let permits = u64::from(self.inner.permits);
         loop {
             if let Some(stored) = storage.get(&key).await? {
-                if stored.record.fencing != permits {
-                    return Err(LockError::SemaphoreLimitMismatch {
-                        name: self.inner.name.clone(),
-                        permits: self.inner.permits,
-                        stored: stored.record.fencing,
-                    });
-                }
+                self.agrees(stored.record.fencing)?;
                 break;
             }
             let now = storage.now().await?;
@@ -238,6 +232,32 @@ impl<S: Storage + ?Sized> Semaphore<S> {
         }
         self.inner.checked.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Reads the limit record without writing one: `Ok(false)` when there is none yet (no
+    /// permit of the name was ever taken: [`Self::acquire`] writes it first), `Ok(true)` when
+    /// it agrees with this semaphore's limit.
+    ///
+    /// # Errors
+    /// [`LockError::SemaphoreLimitMismatch`]; storage errors.
+    pub(super) async fn limit_is_set(&self) -> Result<bool, LockError> {
+        let key = limit_key(&self.locks.key_for(&self.inner.name)?);
+        match self.locks.storage().get(&key).await? {
+            None => Ok(false),
+            Some(stored) => self.agrees(stored.record.fencing).map(|()| true),
+        }
+    }
+
+    /// Whether a stored limit agrees with this semaphore's.
+    fn agrees(&self, stored: u64) -> Result<(), LockError> {
+        if stored == u64::from(self.inner.permits) {
+            return Ok(());
+        }
+        Err(LockError::SemaphoreLimitMismatch {
+            name: self.inner.name.clone(),
+            permits: self.inner.permits,
+            stored,
+        })
     }
 
     /// One pass over the slots, from a random one, without waiting, keeping `held`: `k`
