@@ -475,12 +475,12 @@ impl NatsStorage {
 ///
 /// A replicated bucket that another client is creating at this moment is found (or "created")
 /// before its stream has elected a leader, and a request the leader should answer that is sent
-/// then — a message-get, a stream-info — is never answered: every such caller's first read
-/// would wait out the whole request timeout and fail. So `open` asks for the stream's info
-/// until it names a leader, each ask given at most [`PROBE`] (an unanswered one is asked
-/// again; it only reads), all within the builder's timeout.
+/// then — a message-get, a stream-info — is never answered (or answered "stream not found" by
+/// a server that has not applied the new stream yet): every such caller's first read would
+/// wait out the whole request timeout and fail. So `open` asks for the stream's info until it
+/// names a leader, each ask given at most [`PROBE`] (an unanswered one is asked again; it only
+/// reads), all within the builder's timeout.
 async fn led(store: &Store, timeout: Duration) -> Result<kv::bucket::Status, StorageError> {
-    use async_nats::jetstream::context::RequestErrorKind;
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -490,10 +490,8 @@ async fn led(store: &Store, timeout: Duration) -> Result<kv::bucket::Status, Sto
                 let bucket = store.name.clone();
                 return Ok(kv::bucket::Status { info, bucket });
             }
-            Ok(Err(e)) if e.kind() != RequestErrorKind::TimedOut => {
-                return Err(StorageError::backend(NAME, "open", e));
-            }
-            // No leader yet, or no answer.
+            Ok(Err(e)) if !settling(&e) => return Err(StorageError::backend(NAME, "open", e)),
+            // No leader yet, no answer, or not yet known to the server that answered.
             _ => {}
         }
         if tokio::time::Instant::now() >= deadline {
@@ -507,6 +505,20 @@ async fn led(store: &Store, timeout: Duration) -> Result<kv::bucket::Status, Sto
             ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether `e` is what a stream being created answers while it settles: no answer, no
+/// responder, or "stream not found" from a server that has not applied its assignment yet
+/// (seen in CI on a loaded machine, after another client's create had returned).
+fn settling(e: &async_nats::jetstream::context::RequestError) -> bool {
+    use async_nats::jetstream::context::RequestErrorKind;
+    use async_nats::jetstream::{Error as ApiError, ErrorCode};
+    match e.kind() {
+        RequestErrorKind::TimedOut | RequestErrorKind::NoResponders => true,
+        _ => std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<ApiError>())
+            .is_some_and(|api| api.error_code() == ErrorCode::STREAM_NOT_FOUND),
     }
 }
 
