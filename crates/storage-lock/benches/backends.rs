@@ -17,8 +17,9 @@
 //! operation are counted (client side, and for etcd on the server's `/metrics` too). Where an
 //! aim is a ratio (PostgreSQL's durable row, Redis's raw commands and `rslock`), engine and
 //! baseline alternate for a few rounds and the row shows the median round; Redis also prints
-//! the CPU a cycle costs on the server and in this process. Prints Markdown rows for
-//! BENCHMARKS.md.
+//! the CPU a cycle costs on the server and in this process. `STORAGE_LOCK_BENCH=kinds` instead
+//! measures a semaphore permit's and an RW lock read's cycle against the exclusive lock's on
+//! PostgreSQL and Redis. Prints Markdown rows for BENCHMARKS.md.
 
 mod common;
 
@@ -671,7 +672,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     // STORAGE_LOCK_BENCH=redis (or postgres, mysql, redis-cluster, etcd, nats, s3) runs one
-    // backend only.
+    // backend only; =kinds runs the lock kinds' rows.
     let only = std::env::var("STORAGE_LOCK_BENCH").ok();
     let wanted = |b: &str| only.as_deref().is_none_or(|o| o == b);
     if wanted("postgres") {
@@ -686,6 +687,11 @@ fn main() {
     if wanted("redis-cluster") {
         rt.block_on(redis_cluster_bench(&var("STORAGE_LOCK_REDIS_CLUSTER_URL")));
     }
+    // Not in the default run: STORAGE_LOCK_BENCH=kinds.
+    if only.as_deref() == Some("kinds") {
+        rt.block_on(kinds_bench("PostgreSQL", &var("STORAGE_LOCK_POSTGRES_URL")));
+        rt.block_on(kinds_bench("Redis", &var("STORAGE_LOCK_REDIS_URL")));
+    }
     if wanted("etcd") {
         rt.block_on(etcd_bench(&var("STORAGE_LOCK_ETCD_URL")));
     }
@@ -694,6 +700,76 @@ fn main() {
     }
     if wanted("s3") {
         rt.block_on(s3_bench(&var("STORAGE_LOCK_S3_URL")));
+    }
+}
+
+/// The lock kinds' cycles against the exclusive lock's on the same storage: a semaphore
+/// permit (16 permits, one held at a time per name) and an RW lock's read hold (a permit of its
+/// readers' semaphore, then a read of the gate), each acquire (no wait) + release, alternating
+/// with the exclusive cycle as [`alternating`] does. Clients use distinct names.
+async fn kinds_bench(backend: &str, url: &str) {
+    use storage_lock::kinds::{RwLock, Semaphore};
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let option = if backend == "Redis" {
+        "prefix=storage-lock-bench:"
+    } else {
+        "table=storage_lock_bench"
+    };
+    let locks = connect(&format!("{url}{sep}{option}")).await.unwrap();
+    let tag = std::process::id();
+    let opts = AcquireOptions::default();
+    for clients in [1, 16] {
+        let semaphores: Arc<Vec<_>> = Arc::new(
+            (0..clients)
+                .map(|c| Semaphore::new(&locks, &format!("bench-sem-{tag}-{c}"), 16).unwrap())
+                .collect(),
+        );
+        let sem_op = || {
+            let (semaphores, opts) = (semaphores.clone(), opts.clone());
+            move |c: usize| {
+                let (semaphores, opts) = (semaphores.clone(), opts.clone());
+                async move {
+                    let permit = semaphores[c].acquire(&opts).await.unwrap().expect("free");
+                    permit.release().await.unwrap();
+                }
+            }
+        };
+        let (each, sem, exclusive) =
+            alternating(clients, sem_op, || engine_op(locks.clone())).await;
+        let name = format!("exclusive lock, {}", rounds_note(&each));
+        row(
+            backend,
+            clients,
+            &sem,
+            &format!("semaphore vs {name}"),
+            &exclusive,
+        );
+
+        let rws: Arc<Vec<_>> = Arc::new(
+            (0..clients)
+                .map(|c| RwLock::new(&locks, &format!("bench-rw-{tag}-{c}")).unwrap())
+                .collect(),
+        );
+        let read_op = || {
+            let (rws, opts) = (rws.clone(), opts.clone());
+            move |c: usize| {
+                let (rws, opts) = (rws.clone(), opts.clone());
+                async move {
+                    let read = rws[c].read(&opts).await.unwrap().expect("no writer");
+                    read.release().await.unwrap();
+                }
+            }
+        };
+        let (each, read, exclusive) =
+            alternating(clients, read_op, || engine_op(locks.clone())).await;
+        let name = format!("exclusive lock, {}", rounds_note(&each));
+        row(
+            backend,
+            clients,
+            &read,
+            &format!("RW read vs {name}"),
+            &exclusive,
+        );
     }
 }
 
