@@ -34,6 +34,8 @@ type Cycle = Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = ()> + Send>> + Sen
 const RUN: Duration = Duration::from_secs(3);
 const WARMUP: Duration = Duration::from_millis(300);
 const HANDOFFS: usize = 200;
+/// Alternating rounds (engine, HTTP, gRPC) of each PostgreSQL row: the median round is shown.
+const ROUNDS: usize = 5;
 
 /// Cycles per second of `clients` tasks running `cycle` for [`RUN`].
 async fn throughput(clients: usize, cycle: Cycle) -> f64 {
@@ -108,6 +110,55 @@ fn http_cycle(base: &str, prefix: &'static str) -> Cycle {
             .await;
             assert_eq!(s, 200);
             post(&c, url("release"), json!({"owner": owner(i)})).await;
+        })
+    })
+}
+
+/// A lean HTTP/1.1 cycle, as a load generator such as `wrk` drives a server: each client has
+/// its own keep-alive connection (hyper's bare connection, no pool) and sends prepared bodies.
+/// It measures the server with the least client-side cost this machine's shared cores allow.
+async fn lean_http_cycle(base: &str, prefix: &'static str, clients: usize) -> Cycle {
+    use http_body_util::{BodyExt, Full};
+    type Conn = hyper::client::conn::http1::SendRequest<Full<bytes::Bytes>>;
+    let addr = base.trim_start_matches("http://").to_owned();
+    let mut conns = Vec::new();
+    for _ in 0..clients {
+        let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        conns.push(Arc::new(tokio::sync::Mutex::new(send)));
+    }
+    let conns: Arc<Vec<Arc<tokio::sync::Mutex<Conn>>>> = Arc::new(conns);
+    let host = addr.clone();
+    Arc::new(move |i| {
+        let (conns, host) = (conns.clone(), host.clone());
+        Box::pin(async move {
+            let mut send = conns[i].lock().await;
+            let req = |op: &str, body: String| {
+                hyper::Request::post(format!("/v1/locks/{prefix}-{i}/{op}"))
+                    .header("host", &host)
+                    .header("content-type", "application/json")
+                    .body(Full::new(bytes::Bytes::from(body)))
+                    .unwrap()
+            };
+            let owner = owner(i);
+            let res = send
+                .send_request(req(
+                    "acquire",
+                    format!(r#"{{"lease_ms":30000,"owner":"{owner}"}}"#),
+                ))
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+            res.into_body().collect().await.unwrap();
+            let res = send
+                .send_request(req("release", format!(r#"{{"owner":"{owner}"}}"#)))
+                .await
+                .unwrap();
+            res.into_body().collect().await.unwrap();
         })
     })
 }
@@ -348,6 +399,18 @@ async fn main() {
             "STORAGE_LOCK_ETCD_URL is not set: the etcd rows are skipped (run scripts/bench-server.sh)"
         );
     }
+    // STORAGE_LOCK_BENCH_ROWS=postgres: only the PostgreSQL rows (for profiling them alone).
+    let pg_only = std::env::var("STORAGE_LOCK_BENCH_ROWS").is_ok_and(|r| r == "postgres");
+    if !pg_only {
+        memory_rows(etcd.as_deref()).await;
+    }
+    if let Some(pg) = pg {
+        postgres_rows(&pg).await;
+    }
+}
+
+/// The server over `memory:` against the engine and etcd, and the hand-offs.
+async fn memory_rows(etcd: Option<&str>) {
     let memory = Served::start("memory:", &[]);
     let direct: Arc<dyn DistributedLock> =
         Arc::new(StorageLock::new(MemoryStorage::new()).unwrap());
@@ -368,7 +431,7 @@ async fn main() {
         let grpc_raw = throughput(clients, grpc_cycle(&memory.url, "grpc").await).await;
         let sdk_http = throughput(clients, lock_cycle(sdk.clone(), "sdk")).await;
         let sdk_session = throughput(clients, lock_cycle(session.clone(), "session")).await;
-        let etcd_rows = match &etcd {
+        let etcd_rows = match etcd {
             Some(e) => Some((
                 throughput(clients, etcd_cycle(e, false, clients).await).await,
                 throughput(clients, etcd_cycle(e, true, clients).await).await,
@@ -421,47 +484,85 @@ async fn main() {
         "| server on memory, gRPC unary wait | {} |",
         summary(handoff_grpc(&memory.url).await)
     );
-    if let Some(e) = &etcd {
+    if let Some(e) = etcd {
         println!(
             "| etcd Lock (blocked) | {} |",
             summary(handoff_etcd(e).await)
         );
     }
-    if let Some(pg) = pg {
-        let served = Served::start(&format!("{pg}?table=storage_lock_bench_server"), &[]);
-        let pg_direct: Arc<dyn DistributedLock> = Arc::new(
-            storage_lock::connect(&format!("{pg}?table=storage_lock_bench_server"))
-                .await
-                .unwrap(),
-        );
-        println!();
-        println!(
-            "| what (PostgreSQL storage) | clients | cycles/s | baseline cycles/s (same run) | ratio |"
-        );
-        println!("|---|---|---|---|---|");
-        for clients in [1, 16] {
+}
+
+/// The server over PostgreSQL against the engine called directly on the same table.
+async fn postgres_rows(pg: &str) {
+    let url = format!("{pg}?table=storage_lock_bench_server");
+    let served = Served::start(&url, &[]);
+    let memory = Served::start("memory:", &[]);
+    let pg_direct: Arc<dyn DistributedLock> = Arc::new(storage_lock::connect(&url).await.unwrap());
+    println!();
+    println!(
+        "| what (PostgreSQL storage) | clients | ratio to the engine direct, median of {ROUNDS} alternating rounds (range) | median cycles/s, server / engine |"
+    );
+    println!("|---|---|---|---|");
+    // The transport's own cost, from the `memory:` server in the same rounds: a server over
+    // PostgreSQL cannot beat the engine's cycle plus it (1 client: latencies add; 16 clients:
+    // the CPU time per cycle adds, on the cores the load generator and PostgreSQL share).
+    for clients in [1, 16] {
+        let (mut http, mut grpc, mut ceiling) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut lean, mut lean_ceiling) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
             let engine = throughput(clients, lock_cycle(pg_direct.clone(), "pg-direct")).await;
-            let http_raw = throughput(clients, http_cycle(&served.url, "pg-http")).await;
-            let grpc_raw = throughput(clients, grpc_cycle(&served.url, "pg-grpc").await).await;
-            row("server, HTTP", clients, http_raw, "engine direct", engine);
-            row(
-                "server, gRPC unary",
+            let h = throughput(clients, http_cycle(&served.url, "pg-http")).await;
+            let g = throughput(clients, grpc_cycle(&served.url, "pg-grpc").await).await;
+            let m = throughput(clients, http_cycle(&memory.url, "mem-http")).await;
+            // 1 / (1/engine + 1/m) cycles/s: the engine's cycle plus the transport's.
+            let bound = 1.0 / (1.0 / engine + 1.0 / m);
+            ceiling.push((bound / engine, m, engine));
+            http.push((h / engine, h, engine));
+            let l = throughput(
                 clients,
-                grpc_raw,
-                "engine direct",
-                engine,
+                lean_http_cycle(&served.url, "pg-lean", clients).await,
+            )
+            .await;
+            let lm = throughput(
+                clients,
+                lean_http_cycle(&memory.url, "mem-lean", clients).await,
+            )
+            .await;
+            lean.push((l / engine, l, engine));
+            lean_ceiling.push((1.0 / (1.0 / engine + 1.0 / lm) / engine, lm, engine));
+            grpc.push((g / engine, g, engine));
+        }
+        for (what, mut rounds) in [
+            ("server, HTTP", http),
+            ("server, gRPC unary", grpc),
+            (
+                "ceiling: engine cycle + the HTTP transport's (memory server, cycles/s shown)",
+                ceiling,
+            ),
+            ("server, HTTP, lean load generator", lean),
+            (
+                "ceiling with the lean load generator (memory server, cycles/s shown)",
+                lean_ceiling,
+            ),
+        ] {
+            rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (ratio, ours, engine) = rounds[rounds.len() / 2];
+            println!(
+                "| {what} | {clients} | **{ratio:.2}×** ({:.2}–{:.2}) | {ours:.0} / {engine:.0} |",
+                rounds[0].0,
+                rounds[rounds.len() - 1].0
             );
         }
-        println!();
-        println!("| hand-off, PostgreSQL storage | latency |");
-        println!("|---|---|");
-        println!(
-            "| server, HTTP long poll | {} |",
-            summary(handoff_http(&served.url).await)
-        );
-        println!(
-            "| server, gRPC unary wait | {} |",
-            summary(handoff_grpc(&served.url).await)
-        );
     }
+    println!();
+    println!("| hand-off, PostgreSQL storage | latency |");
+    println!("|---|---|");
+    println!(
+        "| server, HTTP long poll | {} |",
+        summary(handoff_http(&served.url).await)
+    );
+    println!(
+        "| server, gRPC unary wait | {} |",
+        summary(handoff_grpc(&served.url).await)
+    );
 }
