@@ -1,5 +1,5 @@
-//! The lock kinds suite: multi-locks, semaphores, reader-writer locks and leader election ([`storage_lock_core::kinds`]) over a
-//! [`StorageLock`] on the given storage. Exclusion is checked as in the semantics suite, by
+//! The lock kinds suite: multi-locks, semaphores, reader-writer locks, fair locks and leader
+//! election ([`storage_lock_core::kinds`]) over a [`StorageLock`] on the given storage. Exclusion is checked as in the semantics suite, by
 //! [`OverlapDetector`]s (one per name, one per permit slot), never by a synchronised counter.
 
 use std::sync::Arc;
@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use storage_lock_core::fault::FaultyStorage;
-use storage_lock_core::kinds::{Election, MAX_VALUE_LEN, Observed, RwLock, Semaphore, acquire_all};
+use storage_lock_core::kinds::{
+    Election, FairLock, MAX_VALUE_LEN, Observed, RwLock, Semaphore, acquire_all, place_name,
+};
 use storage_lock_core::{
     AcquireOptions, LockError, LockEventKind, RenewalResult, Storage, StorageLock, Wait,
 };
@@ -923,4 +925,314 @@ pub async fn rwlock_bad_input_and_another_max_readers_are_refused<S: Storage>(s:
         .unwrap()
         .expect("free, and 5 is the first limit");
     r.release().await.unwrap();
+}
+
+/// How many waiters hold a place in `fair`'s queue (places held with a ticket), read off the
+/// storage.
+async fn queued<S: Storage + ?Sized>(l: &StorageLock<S>, fair: &FairLock<S>) -> usize {
+    let mut n = 0;
+    for i in 0..fair.max_waiters() {
+        let key = l.key_for(&place_name(fair.name(), i)).unwrap().into_owned();
+        let seen = l.storage().get(&key).await.expect("read a place");
+        if seen.is_some_and(|s| {
+            s.record.count > 0
+                && s.record
+                    .holder
+                    .as_ref()
+                    .and_then(|h| h.note.as_deref())
+                    .is_some_and(|n| n.starts_with("fair-ticket "))
+        }) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Waits until `n` waiters are queued in `fair` (a condition on the storage, polled; the bound
+/// is for a loaded machine).
+async fn until_queued<S: Storage + ?Sized>(l: &StorageLock<S>, fair: &FairLock<S>, n: usize) {
+    timeout(Duration::from_secs(90), async {
+        while queued(l, fair).await != n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{n} waiters never stood in the queue"));
+}
+
+/// Waiters that arrive one after another while the lock is held get it in that order, each
+/// with a higher token than the one before, never two at once (an overlap detector in each
+/// hold); then tasks contending at once all get it, never overlapping.
+pub async fn fair_lock_serves_waiters_in_arrival_order<S: Storage>(s: S) {
+    const WAITERS: usize = 5;
+    let l = locks(s);
+    let fair = FairLock::new(&l, &unique_prefix("fair-order")).unwrap();
+    let lease = Duration::from_secs(60);
+    let detector = Arc::new(OverlapDetector::new());
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let holder = fair
+        .acquire(&opts(Wait::Never, lease))
+        .await
+        .unwrap()
+        .expect("free");
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let (mine, detector, served) = (fair.clone(), detector.clone(), served.clone());
+        waiters.push(tokio::spawn(async move {
+            let h = mine
+                .acquire(&opts(Wait::For(Duration::from_secs(120)), lease))
+                .await
+                .unwrap()
+                .expect("served within the wait");
+            served.lock().unwrap().push((i, h.fencing_token()));
+            detector.critical_section(h.fencing_token()).await;
+            h.release().await.unwrap();
+        }));
+        // The next waiter arrives once this one stands in the queue.
+        until_queued(&l, &fair, i + 1).await;
+    }
+    holder.release().await.unwrap();
+    for w in waiters {
+        timeout(Duration::from_secs(180), w)
+            .await
+            .expect("the waiters were served")
+            .expect("waiter");
+    }
+    let served = served.lock().unwrap().clone();
+    let order: Vec<usize> = served.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "served out of order"
+    );
+    assert!(
+        served.windows(2).all(|w| w[1].1 > w[0].1),
+        "tokens did not rise: {served:?}"
+    );
+    assert!(served[0].1 > holder.fencing_token());
+    detector.assert_exclusive(WAITERS as u64);
+
+    // Everyone at once: all served, one at a time.
+    const TASKS: usize = 4;
+    const ROUNDS: usize = 5;
+    let detector = Arc::new(OverlapDetector::new());
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (fair, detector) = (fair.clone(), detector.clone());
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let h = fair
+                        .acquire(&opts(Wait::Forever, lease))
+                        .await
+                        .unwrap()
+                        .expect("Wait::Forever acquires");
+                    detector.critical_section(h.fencing_token()).await;
+                    h.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        timeout(Duration::from_secs(180), t)
+            .await
+            .expect("the contenders finished")
+            .expect("task");
+    }
+    detector.assert_exclusive((TASKS * ROUNDS) as u64);
+    assert_eq!(queued(&l, &fair).await, 0, "a place was left held");
+}
+
+/// With a waiter queued ahead (its place held), a try finds the lock busy although nobody holds
+/// it, and a waiter that arrives waits for the one ahead, not for the lock: it is served only
+/// once the waiter ahead gives its place up.
+pub async fn fair_lock_nobody_jumps_the_queue<S: Storage>(s: S) {
+    let l = locks(s);
+    let fair = FairLock::with_max_waiters(&l, &unique_prefix("fair-jump"), 4).unwrap();
+    let lease = Duration::from_secs(60);
+    // A waiter ahead of every ticket the dispenser gives: ticket 0, in place 0.
+    let ahead = l
+        .try_acquire(
+            &place_name(fair.name(), 0),
+            &opts(Wait::Never, lease).note("fair-ticket 0"),
+        )
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(
+        fair.acquire(&opts(Wait::Never, lease))
+            .await
+            .unwrap()
+            .is_none(),
+        "a try jumped a queued waiter"
+    );
+    assert!(
+        fair.acquire(&opts(Wait::For(Duration::from_millis(300)), lease))
+            .await
+            .unwrap()
+            .is_none(),
+        "a waiter was served ahead of a queued one"
+    );
+    assert_eq!(
+        queued(&l, &fair).await,
+        1,
+        "the timed-out waiter left its place held"
+    );
+    let behind = {
+        let fair = fair.clone();
+        tokio::spawn(async move {
+            fair.acquire(&opts(Wait::For(Duration::from_secs(120)), lease))
+                .await
+        })
+    };
+    until_queued(&l, &fair, 2).await;
+    ahead.release().await.unwrap();
+    let h = timeout(Duration::from_secs(180), behind)
+        .await
+        .expect("the waiter behind was served")
+        .unwrap()
+        .unwrap()
+        .expect("served once the waiter ahead left");
+    h.release().await.unwrap();
+    assert_eq!(queued(&l, &fair).await, 0);
+}
+
+/// A waiter that vanishes without giving its place up (a crash: its release and renewals never
+/// reach the storage) keeps the waiters behind it only until its lease ends.
+pub async fn fair_lock_a_dead_waiter_loses_its_place_with_its_lease<S: Storage>(s: S) {
+    let shared = Arc::new(s);
+    let cut = Arc::new(FaultyStorage::new(shared.clone()));
+    let l = StorageLock::builder_arc(shared).build().unwrap();
+    let name = unique_prefix("fair-dead");
+    let fair = FairLock::new(&l, &name).unwrap();
+    let doomed = FairLock::new(
+        &StorageLock::builder_arc(cut.clone()).build().unwrap(),
+        &name,
+    )
+    .unwrap();
+    let holder = fair
+        .acquire(&opts(Wait::Never, Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("free");
+    let dead = tokio::spawn(async move {
+        doomed
+            .acquire(&opts(Wait::Forever, Duration::from_secs(1)))
+            .await
+    });
+    until_queued(&l, &fair, 1).await;
+    cut.set_outage(true);
+    dead.abort();
+    let _ = dead.await;
+    let live = {
+        let fair = fair.clone();
+        tokio::spawn(async move {
+            fair.acquire(&opts(
+                Wait::For(Duration::from_secs(120)),
+                Duration::from_secs(60),
+            ))
+            .await
+        })
+    };
+    holder.release().await.unwrap();
+    let h = timeout(Duration::from_secs(180), live)
+        .await
+        .expect("the live waiter was served")
+        .unwrap()
+        .unwrap()
+        .expect("the dead waiter's place lapsed");
+    assert!(h.fencing_token() > holder.fencing_token());
+    h.release().await.unwrap();
+}
+
+/// Acquisitions dropped at random points leave nothing held and no place taken: a try gets the
+/// lock at once afterwards (it would find a left-over place and answer busy).
+pub async fn fair_lock_dropped_acquisitions_leave_nothing_held<S: Storage>(s: S) {
+    let l = locks(s);
+    let fair = FairLock::with_max_waiters(&l, &unique_prefix("fair-cancel"), 4).unwrap();
+    let o = opts(
+        Wait::For(Duration::from_millis(20)),
+        Duration::from_secs(30),
+    );
+    let mut granted = 0;
+    let mut others = Vec::new();
+    for i in 0..120u32 {
+        // Every few rounds someone holds the lock, so acquisitions queue.
+        if i % 8 == 0 {
+            others.push(
+                fair.acquire(&opts(Wait::Never, Duration::from_secs(30)))
+                    .await
+                    .unwrap(),
+            );
+        }
+        tokio::select! {
+            biased;
+            () = crate::semantics::drop_point(i) => {}
+            done = fair.acquire(&o) => {
+                if done.unwrap().is_some() {
+                    granted += 1; // dropped at once: released in the background
+                }
+            }
+        }
+        if i % 8 == 4 {
+            for h in others.drain(..).flatten() {
+                h.release().await.unwrap();
+            }
+        }
+    }
+    for h in others.into_iter().flatten() {
+        h.release().await.unwrap();
+    }
+    assert!(
+        granted > 0,
+        "no acquisition completed; the case exercised nothing"
+    );
+    let h = timeout(Duration::from_secs(90), async {
+        loop {
+            // Background releases of the dropped ones may still be on their way.
+            if let Some(h) = fair
+                .acquire(&opts(
+                    Wait::For(Duration::from_secs(10)),
+                    Duration::from_secs(30),
+                ))
+                .await
+                .unwrap()
+            {
+                if queued(&l, &fair).await == 0 {
+                    return h;
+                }
+                h.release().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a dropped acquisition left a place or a hold behind");
+    h.release().await.unwrap();
+}
+
+/// Bad numbers, names and options are refused before any storage call, holding nothing.
+pub async fn fair_lock_bad_input_is_refused<S: Storage>(s: S) {
+    let l = locks(s);
+    let name = unique_prefix("fair-input");
+    for bad in [0, storage_lock_core::kinds::MAX_WAITERS + 1] {
+        assert!(matches!(
+            FairLock::with_max_waiters(&l, &name, bad),
+            Err(LockError::InvalidOptions { .. })
+        ));
+    }
+    assert!(matches!(
+        FairLock::new(&l, " "),
+        Err(LockError::InvalidName { .. })
+    ));
+    let fair = FairLock::new(&l, &name).unwrap();
+    assert!(matches!(
+        fair.acquire(&opts(Wait::Never, Duration::ZERO)).await,
+        Err(LockError::InvalidOptions { .. })
+    ));
+    let h = fair
+        .acquire(&opts(Wait::Never, Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("nothing was left held");
+    h.release().await.unwrap();
 }

@@ -205,6 +205,11 @@ macro_rules! __cases {
                 multi_lock_is_lost_when_a_part_is_lost,
                 multi_lock_dropped_acquisitions_leave_nothing_held,
                 election_terms_rise_and_observers_see_them_in_order,
+                fair_lock_serves_waiters_in_arrival_order,
+                fair_lock_nobody_jumps_the_queue,
+                fair_lock_a_dead_waiter_loses_its_place_with_its_lease,
+                fair_lock_dropped_acquisitions_leave_nothing_held,
+                fair_lock_bad_input_is_refused,
             ];
             kinds_local: [
                 semaphore_admits_at_most_its_permits,

@@ -43,9 +43,9 @@ mod connect;
 
 pub use connect::{ConnectError, connect, connect_storage, schemes};
 /// Lock kinds built on the exclusive lock: [`kinds::acquire_all`] (several names as one),
-/// [`kinds::Semaphore`] (at most N holders), [`kinds::RwLock`] (many readers or one writer)
-/// and [`kinds::Election`] (one leader, its term fenced); see the module's table for which to
-/// pick.
+/// [`kinds::Semaphore`] (at most N holders), [`kinds::RwLock`] (many readers or one writer),
+/// [`kinds::FairLock`] (waiters served in arrival order) and [`kinds::Election`] (one leader,
+/// its term fenced); see the module's table for which to pick.
 pub use storage_lock_core::kinds;
 pub use storage_lock_core::{
     AcquireOptions, Busy, DistributedLock, FencedResource, KeyNormalizer, Lease, LockError,

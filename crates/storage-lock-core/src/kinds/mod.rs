@@ -1,12 +1,13 @@
 //! Lock kinds built on the exclusive lock: several names held as one ([`acquire_all`]),
-//! counting semaphores ([`Semaphore`]), reader-writer locks ([`RwLock`]) and leader election
-//! ([`Election`]).
+//! counting semaphores ([`Semaphore`]), reader-writer locks ([`RwLock`]), fair (first-come,
+//! first-served) locks ([`FairLock`]) and leader election ([`Election`]).
 //!
 //! # Which one do I need?
 //!
 //! | you want… | use | fencing |
 //! |---|---|---|
 //! | one writer per resource | [`crate::DistributedLock::try_acquire`] | one token |
+//! | one writer per resource, waiters served in arrival order (a deploy queue nobody may jump) | [`FairLock`] → [`crate::LockHandle`] | one token |
 //! | one holder of *several* resources at once (move money between two accounts) | [`acquire_all`] → [`MultiHandle`] | a token per name |
 //! | many readers or one writer (a catalogue read by many jobs, rebuilt by one) | [`RwLock`] → [`ReadGuard`] / [`WriteGuard`] | writers' tokens rise past every reader's |
 //! | at most N holders (N connections to a licence server, N workers on a GPU pool) | [`Semaphore`] → [`Permit`] / [`Permits`] | a token per permit slot |
@@ -42,6 +43,11 @@
 //!   only after the gate is taken, and the storage orders the two (see [`RwLock`] for the
 //!   proof). A waiting writer holds the gate, so readers that arrive after it wait; if it dies,
 //!   the gate lapses with its lease.
+//! * **Waiters of a fair lock are served in arrival order, and a dead one costs its lease.**
+//!   A waiter takes a ticket (the fencing token of a dispenser lock it holds for a moment) and
+//!   holds a place in the queue with it; it waits for the waiter just ahead of it, and for the
+//!   lock only when none is ahead (see [`FairLock`]). A dead waiter's place lapses with its
+//!   lease (the old queues waited a fixed time per dead waiter).
 //! * **k permits at once are all or nothing**, taken as a multi-lock over k free slots.
 //! * **One leader per term.** An election's seat is one exclusive lock; the leader's value
 //!   rides in its holder note and its term is its fencing token, so terms rise and a deposed
@@ -60,6 +66,7 @@ use tokio::time::Instant;
 use crate::contract::Wait;
 
 mod election;
+mod fair;
 mod multi;
 mod rwlock;
 mod semaphore;
@@ -67,6 +74,7 @@ mod semaphore;
 pub use election::{
     Election, Leadership, MAX_VALUE_LEN, OBSERVE_POLL, Observed, Observer, validate_value,
 };
+pub use fair::{DEFAULT_MAX_WAITERS, FairLock, MAX_WAITERS, place_name, tickets_name};
 pub use multi::{MultiHandle, acquire_all};
 pub use rwlock::{DEFAULT_MAX_READERS, ReadGuard, RwLock, WriteGuard, readers_name};
 pub use semaphore::{
