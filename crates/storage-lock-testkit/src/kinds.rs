@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use storage_lock_core::fault::FaultyStorage;
 use storage_lock_core::kinds::{
-    Election, FairLock, MAX_VALUE_LEN, Observed, RwLock, Semaphore, acquire_all, place_name,
+    Election, FairLock, MAX_VALUE_LEN, Observed, RwLock, Semaphore, acquire_all, order_name,
+    place_name,
 };
 use storage_lock_core::{
     AcquireOptions, LockError, LockEventKind, RenewalResult, Storage, StorageLock, Wait,
@@ -1235,4 +1236,87 @@ pub async fn fair_lock_bad_input_is_refused<S: Storage>(s: S) {
         .unwrap()
         .expect("nothing was left held");
     h.release().await.unwrap();
+}
+
+/// A FIFO reader-writer lock serves readers and writers in the order they arrived while a
+/// writer wrote: reader, writer, reader, writer, reader — each writer after the reader before
+/// it, each reader after the writer before it (not beside an earlier reader past a waiting
+/// writer), writers' tokens above every earlier reader's.
+pub async fn rwlock_fifo_serves_readers_and_writers_in_arrival_order<S: Storage>(s: S) {
+    const PLAN: [bool; 5] = [false, true, false, true, false]; // true: a writer
+    let l = locks(s);
+    let name = unique_prefix("rw-fifo");
+    let rw = RwLock::with_max_readers(&l, &name, 4)
+        .unwrap()
+        .fifo()
+        .unwrap();
+    assert!(rw.is_fifo());
+    let order = FairLock::new(&l, &order_name(&name)).unwrap();
+    let order_key = l.key_for(order.name()).unwrap().into_owned();
+    let lease = Duration::from_secs(60);
+    let first = rw
+        .write(&opts(Wait::Never, lease))
+        .await
+        .unwrap()
+        .expect("free");
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, writer) in PLAN.into_iter().enumerate() {
+        let (rw, served) = (rw.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            let o = opts(Wait::For(Duration::from_secs(120)), lease);
+            if writer {
+                let w = rw.write(&o).await.unwrap().expect("served");
+                served.lock().unwrap().push((i, writer, w.fencing_token()));
+                w.release().await.unwrap();
+            } else {
+                let r = rw.read(&o).await.unwrap().expect("served");
+                served.lock().unwrap().push((i, writer, r.fencing_token()));
+                r.release().await.unwrap();
+            }
+        }));
+        // The next one arrives once this one waits: the first at the front (holding the order
+        // lock), the others in its queue.
+        if i == 0 {
+            timeout(Duration::from_secs(90), async {
+                while l
+                    .storage()
+                    .get(&order_key)
+                    .await
+                    .unwrap()
+                    .is_none_or(|s| s.record.count == 0)
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("the first reader reached the front");
+        } else {
+            until_queued(&l, &order, i).await;
+        }
+    }
+    first.release().await.unwrap();
+    for t in tasks {
+        timeout(Duration::from_secs(180), t)
+            .await
+            .expect("everyone was served")
+            .expect("task");
+    }
+    let served = served.lock().unwrap().clone();
+    let arrival: Vec<usize> = served.iter().map(|(i, _, _)| *i).collect();
+    assert_eq!(
+        arrival,
+        (0..PLAN.len()).collect::<Vec<_>>(),
+        "served out of order"
+    );
+    for (k, (_, writer, token)) in served.iter().enumerate() {
+        if *writer {
+            for (_, _, before) in &served[..k] {
+                assert!(
+                    token > before,
+                    "a writer's token {token} after {before}: {served:?}"
+                );
+            }
+        }
+    }
 }

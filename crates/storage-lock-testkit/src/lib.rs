@@ -222,6 +222,7 @@ macro_rules! __cases {
                 rwlock_a_crashed_writer_or_reader_lapses_with_its_lease,
                 rwlock_dropped_acquisitions_leave_nothing_held,
                 rwlock_bad_input_and_another_max_readers_are_refused,
+                rwlock_fifo_serves_readers_and_writers_in_arrival_order,
                 election_a_cut_off_leader_loses_before_the_seat_is_vacant,
             ];
         }

@@ -76,7 +76,7 @@ pub use election::{
 };
 pub use fair::{DEFAULT_MAX_WAITERS, FairLock, MAX_WAITERS, place_name, tickets_name};
 pub use multi::{MultiHandle, acquire_all};
-pub use rwlock::{DEFAULT_MAX_READERS, ReadGuard, RwLock, WriteGuard, readers_name};
+pub use rwlock::{DEFAULT_MAX_READERS, ReadGuard, RwLock, WriteGuard, order_name, readers_name};
 pub use semaphore::{
     MAX_PERMITS, Permit, Permits, RESCAN, Semaphore, WATCHED_SLOTS, limit_key, slot_name,
 };

@@ -10,6 +10,7 @@ use crate::engine::StorageLock;
 use crate::hold::LockHandle;
 use crate::storage::Storage;
 
+use super::fair::FairLock;
 use super::semaphore::{Permit, Semaphore, slot_name};
 
 /// How many readers an [`RwLock`] admits at once unless [`RwLock::with_max_readers`] says
@@ -26,6 +27,17 @@ pub const DEFAULT_MAX_READERS: u32 = 16;
 /// ```
 pub fn readers_name(name: &str) -> String {
     format!("{name}/readers")
+}
+
+/// The name of the [`FairLock`] that orders the entries of the reader-writer lock `name` when
+/// it is [FIFO](RwLock::fifo): `NAME/order`.
+///
+/// # Examples
+/// ```
+/// assert_eq!(storage_lock_core::kinds::order_name("catalog"), "catalog/order");
+/// ```
+pub fn order_name(name: &str) -> String {
+    format!("{name}/order")
 }
 
 /// A reader-writer lock: many readers or one writer of `name`, **writer-preferring** (a writer
@@ -70,11 +82,18 @@ pub fn readers_name(name: &str) -> String {
 /// slot a reader holds. So a name no reader uses costs what the exclusive lock costs, plus one
 /// read, and the exclusive lock `NAME` excludes readers only when taken through [`RwLock::write`].
 ///
+/// # FIFO
+/// [`RwLock::fifo`] serves readers and writers in arrival order: each one first takes the
+/// [`FairLock`] [`order_name`]`(NAME)` (waiting its turn there), enters as above, and lets the
+/// order lock go once it is in. A reader that is in does not keep the next one out, so readers
+/// that arrive together still read together; a writer at the front keeps everyone behind it
+/// out until it writes. It costs a fair lock's acquisition and release per entry.
+///
 /// # Limits
 /// * Needs a storage with compare-and-set primitives (for the reader slots' limit record): not
 ///   a lock server's client.
-/// * Writers are served before new readers, but neither writers nor readers are served in
-///   arrival order among themselves.
+/// * Without [`RwLock::fifo`], writers are served before new readers, but neither writers nor
+///   readers are served in arrival order among themselves.
 /// * A try ([`Wait::Never`]) may find the lock busy while another reader passes the gate.
 ///
 /// # Examples
@@ -98,6 +117,8 @@ pub struct RwLock<S: Storage + ?Sized = dyn Storage> {
     locks: StorageLock<S>,
     name: String,
     readers: Semaphore<S>,
+    /// The order lock, when entries are served in arrival order.
+    order: Option<FairLock<S>>,
 }
 
 impl<S: Storage + ?Sized> Clone for RwLock<S> {
@@ -106,6 +127,7 @@ impl<S: Storage + ?Sized> Clone for RwLock<S> {
             locks: self.locks.clone(),
             name: self.name.clone(),
             readers: self.readers.clone(),
+            order: self.order.clone(),
         }
     }
 }
@@ -115,6 +137,7 @@ impl<S: Storage + ?Sized> fmt::Debug for RwLock<S> {
         f.debug_struct("RwLock")
             .field("name", &self.name)
             .field("max_readers", &self.readers.permits())
+            .field("fifo", &self.order.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -148,7 +171,62 @@ impl<S: Storage + ?Sized> RwLock<S> {
             locks: locks.clone(),
             name: name.to_owned(),
             readers,
+            order: None,
         })
+    }
+
+    /// Serves readers and writers in arrival order (see [FIFO](RwLock#fifo)) instead of
+    /// preferring writers. Every party of a name should choose the same: a party without it
+    /// does not queue, and may overtake.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidName`] if the order lock's names ([`order_name`]) are not valid.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// use storage_lock_core::kinds::RwLock;
+    /// use storage_lock_core::{AcquireOptions, MemoryStorage, StorageLock};
+    /// let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let catalog = RwLock::new(&locks, "catalog")?.fifo()?;
+    /// let read = catalog.read(&AcquireOptions::default()).await?.expect("free");
+    /// read.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fifo(mut self) -> Result<Self, LockError> {
+        self.order = Some(FairLock::new(&self.locks, &order_name(&self.name))?);
+        Ok(self)
+    }
+
+    /// Whether entries are served in arrival order ([`Self::fifo`]).
+    pub fn is_fifo(&self) -> bool {
+        self.order.is_some()
+    }
+
+    /// With [`Self::fifo`]: waits for this entry's turn and returns the order lock's hold
+    /// (renewed; give it back once in) with the options for the entry, its wait what is left of
+    /// the budget. Without: no hold, the same options. `Ok(None)`: the budget ran out in the
+    /// queue.
+    async fn turn(
+        &self,
+        options: &AcquireOptions,
+    ) -> Result<Option<(Option<LockHandle>, AcquireOptions)>, LockError> {
+        let Some(order) = &self.order else {
+            return Ok(Some((None, options.clone())));
+        };
+        let budget = super::Budget::new(options.wait);
+        let mut turn_options = options.clone();
+        turn_options.note = None;
+        turn_options.watch_loss = Some(false);
+        if turn_options.auto_renew.is_none() && !(turn_options.lease / 3).is_zero() {
+            turn_options.auto_renew = Some(turn_options.lease / 3);
+        }
+        let Some(turn) = order.acquire(&turn_options).await? else {
+            return Ok(None);
+        };
+        // A wait that ran out in the queue still gets one try at the front.
+        let wait = budget.remaining().unwrap_or(Wait::Never);
+        Ok(Some((Some(turn), options.clone().wait(wait))))
     }
 
     /// The lock's name (its gate's lock name).
@@ -178,6 +256,16 @@ impl<S: Storage + ?Sized> RwLock<S> {
     /// in the background.
     pub async fn read(&self, options: &AcquireOptions) -> Result<Option<ReadGuard>, LockError> {
         options.validate()?;
+        let Some((turn, options)) = self.turn(options).await? else {
+            return Ok(None);
+        };
+        let read = self.read_now(&options).await;
+        give_back(turn).await;
+        read
+    }
+
+    /// [`Self::read`] without the order lock.
+    async fn read_now(&self, options: &AcquireOptions) -> Result<Option<ReadGuard>, LockError> {
         let budget = super::Budget::new(options.wait);
         let gate_key = self.locks.key_for(&self.name)?.into_owned();
         let mut wait = options.wait;
@@ -239,6 +327,16 @@ impl<S: Storage + ?Sized> RwLock<S> {
     /// As [`Self::read`].
     pub async fn write(&self, options: &AcquireOptions) -> Result<Option<WriteGuard>, LockError> {
         options.validate()?;
+        let Some((turn, options)) = self.turn(options).await? else {
+            return Ok(None);
+        };
+        let write = self.write_now(&options).await;
+        give_back(turn).await;
+        write
+    }
+
+    /// [`Self::write`] without the order lock.
+    async fn write_now(&self, options: &AcquireOptions) -> Result<Option<WriteGuard>, LockError> {
         let storage = self.locks.storage();
         if storage.primitives().is_none() {
             return Err(LockError::Storage(crate::StorageError::Unsupported {
@@ -299,6 +397,14 @@ impl<S: Storage + ?Sized> RwLock<S> {
             }
         }
         Ok(true)
+    }
+}
+
+/// Gives the order lock's hold back once an entry is done (a failed release leaves it to lapse
+/// with its lease).
+async fn give_back(turn: Option<LockHandle>) {
+    if let Some(turn) = turn {
+        let _ = turn.release().await;
     }
 }
 
