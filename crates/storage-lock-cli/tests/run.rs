@@ -280,6 +280,21 @@ fn shared_runs_run_together_and_never_beside_an_exclusive_one() {
         wait_until(LIMIT, "both shared runs running together", || {
             started("a") && started("b")
         });
+        // An exclusive run that gives up says why: shared runs hold it (no holder to name).
+        let gave_up = support::output_within(
+            &mut cli(d, &url, &["run", &name, "-x", "-w", "0.2", "--", "true"]),
+            LIMIT,
+        );
+        assert_eq!(
+            gave_up.status.code(),
+            Some(75),
+            "{url}: an exclusive run beside readers"
+        );
+        let said = String::from_utf8_lossy(&gave_up.stderr);
+        assert!(
+            said.contains("held by shared (-s) runs"),
+            "{url}: the notice of an exclusive run kept out by shared runs: {said}"
+        );
         // An exclusive run waits for them, holding the gate: new shared runs are kept out.
         let mut x = start("x", "-x", "go-writer");
         wait_until(LIMIT, "the exclusive run waiting at the gate", || {

@@ -42,12 +42,14 @@ fn second_holder(dir: &Scratch, url: &str, name: &str) -> u128 {
         .unwrap_or_else(|_| panic!("{url}: second start"))
 }
 
-/// Starts `run NAME --lease LEASE --kill-grace 500ms -- <writer>`, waits for the writer's
-/// first writes, then `kill -9`s `run`: (the writer's file, its pid, when `run` was killed).
+/// Starts `run NAME MODE --lease LEASE --kill-grace 500ms -- <writer>` (MODE `-x` or `-s`),
+/// waits for the writer's first writes, then `kill -9`s `run`: (the writer's file, its pid,
+/// when `run` was killed).
 fn run_writer_then_kill_9(
     dir: &Scratch,
     url: &str,
     name: &str,
+    mode: &str,
     lease: &str,
 ) -> (std::path::PathBuf, u32, u128) {
     let w = file(dir.path(), "w");
@@ -57,6 +59,7 @@ fn run_writer_then_kill_9(
         &[
             "run",
             name,
+            mode,
             "--lease",
             lease,
             "--kill-grace",
@@ -82,7 +85,7 @@ fn kill_9_of_run_stops_its_command_before_anyone_else_gets_the_lock() {
     for (i, url) in urls(dir.path()).into_iter().enumerate() {
         let dir = &Scratch::new(dir.path(), i);
         let name = unique("kill9");
-        let (w, cmd, killed) = run_writer_then_kill_9(dir, &url, &name, "2s");
+        let (w, cmd, killed) = run_writer_then_kill_9(dir, &url, &name, "-x", "2s");
         // The sentinel sends SIGTERM at once.
         wait_until(Duration::from_secs(2), "the command to stop", || {
             !alive(cmd)
@@ -110,7 +113,7 @@ fn kill_9_of_run_frees_the_lock_once_its_command_is_stopped() {
     for (i, url) in urls(dir.path()).into_iter().enumerate() {
         let dir = &Scratch::new(dir.path(), i);
         let name = unique("kill9free");
-        let (w, cmd, killed) = run_writer_then_kill_9(dir, &url, &name, "60s");
+        let (w, cmd, killed) = run_writer_then_kill_9(dir, &url, &name, "-x", "60s");
         let second = second_holder(dir, &url, &name);
         let last = *stamps(&w).last().unwrap();
         assert!(!alive(cmd), "{url}: the command outlived run");
@@ -121,6 +124,26 @@ fn kill_9_of_run_frees_the_lock_once_its_command_is_stopped() {
         eprintln!(
             "{url}: next holder {} ms after kill -9",
             (second.saturating_sub(killed)) / 1_000_000
+        );
+    }
+}
+
+/// The same for a shared run (`-s`, a reader slot): `kill -9` of it stops its command, and an
+/// exclusive run (which waits 10 s at most, against a 60 s lease) starts only after the
+/// command's last write: the sentinel gave the reader slot back.
+#[test]
+fn kill_9_of_a_shared_run_stops_its_command_and_lets_an_exclusive_run_in() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+        let dir = &Scratch::new(dir.path(), i);
+        let name = unique("kill9shared");
+        let (w, cmd, _) = run_writer_then_kill_9(dir, &url, &name, "-s", "60s");
+        let second = second_holder(dir, &url, &name);
+        let last = *stamps(&w).last().unwrap();
+        assert!(!alive(cmd), "{url}: the command outlived run -s");
+        assert!(
+            last < second,
+            "{url}: the shared run's command wrote at {last}, after the exclusive run started at {second}"
         );
     }
 }

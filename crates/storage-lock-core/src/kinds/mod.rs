@@ -81,6 +81,21 @@ pub use semaphore::{
     MAX_PERMITS, Permit, Permits, RESCAN, Semaphore, WATCHED_SLOTS, limit_key, slot_name,
 };
 
+/// The storage's compare-and-set primitives, which `operation` needs (a semaphore's limit
+/// record): [`crate::StorageError::Unsupported`] on a storage without them (a lock server's
+/// client).
+fn primitives_for<'a, S: crate::storage::Storage + ?Sized>(
+    storage: &'a S,
+    operation: &'static str,
+) -> Result<&'a dyn crate::storage::Primitives, crate::StorageError> {
+    storage
+        .primitives()
+        .ok_or_else(|| crate::StorageError::Unsupported {
+            backend: storage.name().to_owned(),
+            operation,
+        })
+}
+
 /// What is left of an acquisition's wait budget across the passes of a kind's loop (each pass
 /// tries without waiting, then waits with what is left).
 struct Budget {

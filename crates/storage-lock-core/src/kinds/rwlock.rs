@@ -203,6 +203,15 @@ impl<S: Storage + ?Sized> RwLock<S> {
         self.order.is_some()
     }
 
+    /// Refuses, before any storage call, a storage that cannot keep the readers' limit record.
+    fn check_storage(&self) -> Result<(), LockError> {
+        super::primitives_for(
+            &**self.locks.storage(),
+            "reader-writer lock (its readers keep their limit with compare-and-set)",
+        )?;
+        Ok(())
+    }
+
     /// With [`Self::fifo`]: waits for this entry's turn and returns the order lock's hold
     /// (renewed; give it back once in) with the options for the entry, its wait what is left of
     /// the budget. Without: no hold, the same options. `Ok(None)`: the budget ran out in the
@@ -256,6 +265,7 @@ impl<S: Storage + ?Sized> RwLock<S> {
     /// in the background.
     pub async fn read(&self, options: &AcquireOptions) -> Result<Option<ReadGuard>, LockError> {
         options.validate()?;
+        self.check_storage()?;
         let Some((turn, options)) = self.turn(options).await? else {
             return Ok(None);
         };
@@ -327,6 +337,7 @@ impl<S: Storage + ?Sized> RwLock<S> {
     /// As [`Self::read`].
     pub async fn write(&self, options: &AcquireOptions) -> Result<Option<WriteGuard>, LockError> {
         options.validate()?;
+        self.check_storage()?;
         let Some((turn, options)) = self.turn(options).await? else {
             return Ok(None);
         };
@@ -337,13 +348,6 @@ impl<S: Storage + ?Sized> RwLock<S> {
 
     /// [`Self::write`] without the order lock.
     async fn write_now(&self, options: &AcquireOptions) -> Result<Option<WriteGuard>, LockError> {
-        let storage = self.locks.storage();
-        if storage.primitives().is_none() {
-            return Err(LockError::Storage(crate::StorageError::Unsupported {
-                backend: storage.name().to_owned(),
-                operation: "reader-writer lock (its readers keep their limit with compare-and-set)",
-            }));
-        }
         let budget = super::Budget::new(options.wait);
         let Some(gate) = self.locks.try_acquire(&self.name, options).await? else {
             return Ok(None);

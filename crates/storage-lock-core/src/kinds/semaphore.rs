@@ -201,12 +201,10 @@ impl<S: Storage + ?Sized> Semaphore<S> {
             return Ok(());
         }
         let storage = self.locks.storage();
-        let primitives = storage
-            .primitives()
-            .ok_or_else(|| StorageError::Unsupported {
-                backend: storage.name().to_owned(),
-                operation: "semaphore (keeps its limit with compare-and-set)",
-            })?;
+        let primitives = super::primitives_for(
+            &**storage,
+            "semaphore (keeps its limit with compare-and-set)",
+        )?;
         let key = limit_key(&self.locks.key_for(&self.inner.name)?);
         let permits = u64::from(self.inner.permits);
         loop {
