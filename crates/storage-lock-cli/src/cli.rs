@@ -99,9 +99,40 @@ pub enum Command {
     /// (OpenAPI at /openapi.json), gRPC with sessions, a live web page at /ui, Prometheus
     /// metrics at /metrics; HTTPS with --tls-cert.
     Serve(ServeArgs),
+    /// Fault-test the storage from the outside: worker processes contend on a few names and do
+    /// a non-atomic read-modify-write under each hold on a fenced register this command keeps,
+    /// while it kills and pauses them; prints what went wrong (exit 0: nothing, 1: violations).
+    Torture(TortureArgs),
     /// Make a bearer token for `serve --auth`: its auth-file entry on stdout (append it to the
     /// file: `serve` reloads it), the secret on stderr or in --secret-file.
     Token(TokenArgs),
+}
+
+/// `torture`'s arguments.
+#[derive(Debug, Args)]
+pub struct TortureArgs {
+    /// The storage to test (default: --storage, $STORAGE_LOCK_URL, or the default SQLite file).
+    pub url: Option<String>,
+    /// How long to run.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "20s")]
+    pub duration: Duration,
+    /// How many worker processes contend (1-64).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub workers: u32,
+    /// On how many lock names (1-16).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub names: u32,
+    /// The workers' lease (renewed at a third of it); a paused worker sleeps through one and
+    /// a half.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "2s")]
+    pub lease: Duration,
+    /// Faults to cause, taking turns every one and a half leases: kill (SIGKILL a worker and
+    /// start another), pause (SIGSTOP a worker past its lease, then SIGCONT), or none.
+    #[arg(long, value_name = "LIST", value_parser = crate::commands::torture::parse_faults, default_value = "kill,pause")]
+    pub faults: crate::commands::torture::Faults,
+    /// Print the verdict as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `serve`'s arguments.

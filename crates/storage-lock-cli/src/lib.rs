@@ -58,6 +58,9 @@ pub fn main() -> ExitCode {
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
         return ExitCode::from(group::foreground_exec(&args));
     }
+    if args.first().map(String::as_str) == Some(commands::torture::WORKER) {
+        return ExitCode::from(commands::torture::worker_main(&args[1..]));
+    }
     if args.first().map(String::as_str) == Some(sentinel::SUBCOMMAND) {
         return ExitCode::from(sentinel::main(&args[1..]));
     }
@@ -108,6 +111,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Check(args) => commands::admin::check(args, url, quiet).await,
         Command::Serve(args) => commands::serve::serve(args, url, quiet).await,
         Command::Token(args) => commands::serve::token(&args),
+        Command::Torture(args) => commands::torture::torture(args, url, quiet).await,
     }
 }
 

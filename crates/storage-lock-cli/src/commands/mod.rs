@@ -6,6 +6,7 @@ pub mod elect;
 pub mod inspect;
 pub mod serve;
 pub mod sweep;
+pub mod torture;
 
 use std::time::Duration;
 
