@@ -126,6 +126,10 @@ pub struct TortureArgs {
     /// a half.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "2s")]
     pub lease: Duration,
+    /// The lock kind the workers take: exclusive, fair, or semaphore:N (each permit slot is
+    /// checked as a name of its own).
+    #[arg(long, value_name = "KIND", value_parser = crate::commands::torture::parse_kind, default_value = "exclusive")]
+    pub kind: crate::commands::torture::Kind,
     /// Faults to cause, taking turns every one and a half leases: kill (SIGKILL a worker and
     /// start another), pause (SIGSTOP a worker past its lease, then SIGCONT), or none.
     #[arg(long, value_name = "LIST", value_parser = crate::commands::torture::parse_faults, default_value = "kill,pause")]

@@ -60,6 +60,37 @@ fn torture_finds_nothing_wrong_on_every_storage_under_kills_and_pauses() {
     });
 }
 
+/// The fair lock and a semaphore (each permit slot checked as a name of its own) on SQLite.
+#[test]
+fn torture_checks_fair_locks_and_semaphores() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("kinds.db").display());
+    std::thread::scope(|scope| {
+        for kind in ["fair", "semaphore:2"] {
+            let (dir, url) = (dir.path(), &url);
+            scope.spawn(move || {
+                let (code, v, stderr) = torture(
+                    dir,
+                    url,
+                    &[
+                        "--kind",
+                        kind,
+                        "--duration",
+                        "6s",
+                        "--lease",
+                        "1s",
+                        "--workers",
+                        "3",
+                    ],
+                );
+                assert_eq!(code, Some(0), "{kind}: {v} {stderr}");
+                assert_eq!(v["kind"], kind, "{v}");
+                assert!(v["writes_accepted"].as_u64() > Some(0), "{kind}: {v}");
+            });
+        }
+    });
+}
+
 /// `memory:` is one storage per process: the workers never exclude each other, and the
 /// register sees repeated tokens and lost updates.
 #[test]
@@ -86,6 +117,7 @@ fn torture_refuses_bad_input_in_one_line() {
         &["--names", "17"],
         &["--lease", "10ms"],
         &["--faults", "cut"],
+        &["--kind", "semaphore:0"],
     ] {
         let mut all = vec!["torture", "memory:"];
         all.extend(args);

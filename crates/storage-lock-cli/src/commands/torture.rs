@@ -62,6 +62,45 @@ impl Fault {
     }
 }
 
+/// The lock kind the workers take (`--kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The exclusive lock.
+    Exclusive,
+    /// The fair lock ([`storage_lock::kinds::FairLock`]).
+    Fair,
+    /// A semaphore of N permits: each permit slot is checked as a name of its own (its holds
+    /// exclude each other and their tokens rise).
+    Semaphore(u32),
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exclusive => f.write_str("exclusive"),
+            Self::Fair => f.write_str("fair"),
+            Self::Semaphore(n) => write!(f, "semaphore:{n}"),
+        }
+    }
+}
+
+/// Parses `--kind`: `exclusive`, `fair` or `semaphore:N` (N in 1..=64).
+///
+/// # Errors
+/// Anything else, with the known kinds.
+pub fn parse_kind(s: &str) -> Result<Kind, String> {
+    match s {
+        "exclusive" => Ok(Kind::Exclusive),
+        "fair" => Ok(Kind::Fair),
+        _ => match s.strip_prefix("semaphore:").map(str::parse::<u32>) {
+            Some(Ok(n)) if (1..=64).contains(&n) => Ok(Kind::Semaphore(n)),
+            _ => Err(format!(
+                "unknown kind {s:?} (exclusive, fair or semaphore:N with N in 1..=64)"
+            )),
+        },
+    }
+}
+
 /// The faults of a run, in the order they take turns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Faults(pub Vec<Fault>);
@@ -223,9 +262,10 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
     let faults = args.faults.0.clone();
     if !quiet {
         eprintln!(
-            "storage-lock: torturing {shown} for {}: {} workers on {} names, lease {}, faults {}",
+            "storage-lock: torturing {shown} for {}: {} workers taking {} locks on {} names, lease {}, faults {}",
             crate::output::duration(args.duration),
             args.workers,
+            args.kind,
             args.names,
             crate::output::duration(args.lease),
             if faults.is_empty() {
@@ -249,6 +289,7 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
             .arg(args.names.to_string())
             .arg(args.lease.as_millis().to_string())
             .arg(id.to_string())
+            .arg(args.kind.to_string())
             .arg(url.as_deref().unwrap_or(""))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -333,6 +374,7 @@ fn verdict(shown: &str, args: &TortureArgs, faults: &[Fault], t: &Tally) -> u8 {
             "verdict": if ok { "ok" } else { "violated" },
             "seconds": args.duration.as_secs_f64(),
             "workers": args.workers,
+            "kind": args.kind.to_string(),
             "names": args.names,
             "lease_ms": u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX),
             "grants": t.reads,
@@ -345,9 +387,10 @@ fn verdict(shown: &str, args: &TortureArgs, faults: &[Fault], t: &Tally) -> u8 {
     } else {
         println!("storage:    {shown}");
         println!(
-            "ran:        {} with {} workers on {} names, lease {}",
+            "ran:        {} with {} workers taking {} locks on {} names, lease {}",
             crate::output::duration(args.duration),
             args.workers,
+            args.kind,
             args.names,
             crate::output::duration(args.lease)
         );
@@ -381,14 +424,18 @@ fn verdict(shown: &str, args: &TortureArgs, faults: &[Fault], t: &Tally) -> u8 {
     if ok { 0 } else { 1 }
 }
 
-/// A worker process: `__torture-worker REGISTER PREFIX NAMES LEASE_MS ID URL` (an empty URL:
-/// the default storage). Returns its exit code.
+/// A worker process: `__torture-worker REGISTER PREFIX NAMES LEASE_MS ID KIND URL` (an empty
+/// URL: the default storage). Returns its exit code.
 pub fn worker_main(args: &[String]) -> u8 {
-    let [register, prefix, names, lease_ms, id, url] = args else {
+    let [register, prefix, names, lease_ms, id, kind, url] = args else {
         eprintln!("storage-lock: {WORKER} is internal to `storage-lock torture`");
         return exit::USAGE;
     };
-    let (Ok(names), Ok(lease_ms)) = (names.parse::<u32>(), lease_ms.parse::<u64>()) else {
+    let (Ok(names), Ok(lease_ms), Ok(kind)) = (
+        names.parse::<u32>(),
+        lease_ms.parse::<u64>(),
+        parse_kind(kind),
+    ) else {
         return exit::USAGE;
     };
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
@@ -400,13 +447,58 @@ pub fn worker_main(args: &[String]) -> u8 {
     let url = (!url.is_empty()).then_some(url.as_str());
     let lease = Duration::from_millis(lease_ms);
     runtime.block_on(async move {
-        match work(register, prefix, names, lease, id, url).await {
+        match work(register, prefix, names, lease, id, kind, url).await {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("storage-lock: torture worker {id}: {e}");
                 exit::INTERNAL
             }
         }
+    })
+}
+
+/// A worker's hold: a lock's or a semaphore permit's.
+enum Held {
+    Lock(storage_lock::LockHandle),
+    Permit(storage_lock::kinds::Permit),
+}
+
+impl Held {
+    async fn release(self) {
+        let _ = match self {
+            Self::Lock(h) => h.release().await,
+            Self::Permit(p) => p.release().await,
+        };
+    }
+}
+
+/// Takes `name` as `kind` says: the hold, the name the register checks (a semaphore's slot
+/// is a name of its own) and the token; `None` when it stayed busy.
+async fn take(
+    locks: &storage_lock::StorageLock,
+    kind: Kind,
+    name: &str,
+    options: &storage_lock::AcquireOptions,
+) -> Result<Option<(Held, String, u64)>, storage_lock::LockError> {
+    use storage_lock::kinds::{FairLock, Semaphore, slot_name};
+    Ok(match kind {
+        Kind::Exclusive => locks
+            .try_acquire(name, options)
+            .await?
+            .map(|h| (h.fencing_token(), Held::Lock(h)))
+            .map(|(t, h)| (h, name.to_owned(), t)),
+        Kind::Fair => FairLock::new(locks, name)?
+            .acquire(options)
+            .await?
+            .map(|h| (h.fencing_token(), Held::Lock(h)))
+            .map(|(t, h)| (h, name.to_owned(), t)),
+        Kind::Semaphore(n) => Semaphore::new(locks, name, n)?
+            .acquire(options)
+            .await?
+            .map(|p| {
+                let (slot, token) = p.fencing_token();
+                (Held::Permit(p), slot_name(name, slot), token)
+            }),
     })
 }
 
@@ -418,6 +510,7 @@ async fn work(
     names: u32,
     lease: Duration,
     id: &str,
+    kind: Kind,
     url: Option<&str>,
 ) -> Result<(), String> {
     let opened = crate::storage::open(url, storage_lock::backend::HolderInfo::this_process(), true)
@@ -434,8 +527,8 @@ async fn work(
         .wait(storage_lock::Wait::For(lease * 4));
     loop {
         let name = format!("{prefix}{}", rand::random_range(0..names));
-        let held = match opened.locks.try_acquire(&name, &options).await {
-            Ok(Some(held)) => held,
+        let (held, checked, token) = match take(&opened.locks, kind, &name, &options).await {
+            Ok(Some(taken)) => taken,
             Ok(None) => continue,
             // A storage error under faults: try again (the verdict counts grants, not tries).
             Err(_) => {
@@ -443,9 +536,8 @@ async fn work(
                 continue;
             }
         };
-        let token = held.fencing_token();
         write
-            .write_all(format!("R {name}\n").as_bytes())
+            .write_all(format!("R {checked}\n").as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         let Some(value) = lines.next_line().await.map_err(|e| e.to_string())? else {
@@ -457,7 +549,7 @@ async fn work(
         )))
         .await;
         write
-            .write_all(format!("W {name} {value} {token} {id}\n").as_bytes())
+            .write_all(format!("W {checked} {value} {token} {id}\n").as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         if lines
@@ -468,7 +560,7 @@ async fn work(
         {
             return Ok(());
         }
-        let _ = held.release().await;
+        held.release().await;
     }
 }
 
@@ -507,5 +599,15 @@ mod tests {
         assert_eq!(parse_faults("none"), Ok(Faults(vec![])));
         assert_eq!(parse_faults("pause, pause"), Ok(Faults(vec![Fault::Pause])));
         assert!(parse_faults("cut").is_err());
+    }
+
+    #[test]
+    fn kinds_parse_and_print_back() {
+        for kind in [Kind::Exclusive, Kind::Fair, Kind::Semaphore(3)] {
+            assert_eq!(parse_kind(&kind.to_string()), Ok(kind));
+        }
+        for bad in ["rw", "semaphore:0", "semaphore:65", "semaphore:x"] {
+            assert!(parse_kind(bad).is_err(), "{bad}");
+        }
     }
 }
