@@ -27,19 +27,22 @@
 //! PostgreSQL while it runs). Stale writes fenced off are reported, not counted as violations:
 //! they are fencing doing its job.
 
-use std::collections::HashMap;
+mod register;
+mod worker;
+
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 
 use crate::cli::TortureArgs;
 use crate::exit::{self, Failure};
+use register::Tally;
+pub use worker::worker_main;
 
 /// The hidden subcommand a worker process runs.
 pub const WORKER: &str = "__torture-worker";
@@ -125,101 +128,6 @@ pub fn parse_faults(s: &str) -> Result<Faults, String> {
     Ok(Faults(faults))
 }
 
-/// What the register saw and the faults caused.
-#[derive(Debug, Default)]
-struct Tally {
-    reads: u64,
-    accepted: u64,
-    fenced_off: u64,
-    violations: Vec<String>,
-    faults: HashMap<&'static str, u64>,
-}
-
-/// One name's state in the register.
-#[derive(Debug, Default)]
-struct Cell {
-    value: u64,
-    /// The highest token of an accepted write (0: none yet).
-    token: u64,
-}
-
-/// The register's answer to one request line.
-fn answer(cells: &mut HashMap<String, Cell>, tally: &mut Tally, line: &str) -> String {
-    let parts: Vec<&str> = line.split_whitespace().collect();
-    match parts.as_slice() {
-        ["R", name] => {
-            tally.reads += 1;
-            cells
-                .entry((*name).to_owned())
-                .or_default()
-                .value
-                .to_string()
-        }
-        ["W", name, read, token, worker] => {
-            let (Ok(read), Ok(token)) = (read.parse::<u64>(), token.parse::<u64>()) else {
-                return "error".to_owned();
-            };
-            let cell = cells.entry((*name).to_owned()).or_default();
-            if token < cell.token {
-                tally.fenced_off += 1;
-                return "stale".to_owned();
-            }
-            if token == cell.token {
-                tally.violations.push(format!(
-                    "repeated token: worker {worker} wrote {name:?} with token {token}, the token of the last accepted write"
-                ));
-                return "violation".to_owned();
-            }
-            if read != cell.value {
-                tally.violations.push(format!(
-                    "lost update: worker {worker} (token {token}) read {name:?} = {read}, but a write with token {} made it {} before this write",
-                    cell.token, cell.value
-                ));
-                // Keep the register consistent with the accepted write: the next checks stay exact.
-                cell.value = read;
-            }
-            cell.value += 1;
-            cell.token = token;
-            tally.accepted += 1;
-            "ok".to_owned()
-        }
-        _ => "error".to_owned(),
-    }
-}
-
-/// Serves the register on `listener` until the process ends.
-async fn serve_register(listener: TcpListener, tally: Arc<Mutex<Tally>>) {
-    let cells = Arc::new(Mutex::new(HashMap::new()));
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let (cells, tally) = (cells.clone(), tally.clone());
-        tokio::spawn(async move {
-            let (read, mut write) = stream.into_split();
-            let mut lines = BufReader::new(read).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let reply = {
-                    let mut cells = cells
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let mut tally = tally
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    answer(&mut cells, &mut tally, &line)
-                };
-                if write
-                    .write_all(format!("{reply}\n").as_bytes())
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        });
-    }
-}
-
 /// `storage-lock torture`.
 ///
 /// # Errors
@@ -253,7 +161,7 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
         .local_addr()
         .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot serve the register: {e}")))?;
     let tally = Arc::new(Mutex::new(Tally::default()));
-    let server = tokio::spawn(serve_register(listener, tally.clone()));
+    let server = tokio::spawn(register::serve(listener, tally.clone()));
     let prefix = format!(
         "torture-{}-{:08x}/",
         std::process::id(),
@@ -424,171 +332,9 @@ fn verdict(shown: &str, args: &TortureArgs, faults: &[Fault], t: &Tally) -> u8 {
     if ok { 0 } else { 1 }
 }
 
-/// A worker process: `__torture-worker REGISTER PREFIX NAMES LEASE_MS ID KIND URL` (an empty
-/// URL: the default storage). Returns its exit code.
-pub fn worker_main(args: &[String]) -> u8 {
-    let [register, prefix, names, lease_ms, id, kind, url] = args else {
-        eprintln!("storage-lock: {WORKER} is internal to `storage-lock torture`");
-        return exit::USAGE;
-    };
-    let (Ok(names), Ok(lease_ms), Ok(kind)) = (
-        names.parse::<u32>(),
-        lease_ms.parse::<u64>(),
-        parse_kind(kind),
-    ) else {
-        return exit::USAGE;
-    };
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return exit::INTERNAL;
-    };
-    let url = (!url.is_empty()).then_some(url.as_str());
-    let lease = Duration::from_millis(lease_ms);
-    runtime.block_on(async move {
-        match work(register, prefix, names, lease, id, kind, url).await {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("storage-lock: torture worker {id}: {e}");
-                exit::INTERNAL
-            }
-        }
-    })
-}
-
-/// A worker's hold: a lock's or a semaphore permit's.
-enum Held {
-    Lock(storage_lock::LockHandle),
-    Permit(storage_lock::kinds::Permit),
-}
-
-impl Held {
-    async fn release(self) {
-        let _ = match self {
-            Self::Lock(h) => h.release().await,
-            Self::Permit(p) => p.release().await,
-        };
-    }
-}
-
-/// Takes `name` as `kind` says: the hold, the name the register checks (a semaphore's slot
-/// is a name of its own) and the token; `None` when it stayed busy.
-async fn take(
-    locks: &storage_lock::StorageLock,
-    kind: Kind,
-    name: &str,
-    options: &storage_lock::AcquireOptions,
-) -> Result<Option<(Held, String, u64)>, storage_lock::LockError> {
-    use storage_lock::kinds::{FairLock, Semaphore, slot_name};
-    Ok(match kind {
-        Kind::Exclusive => locks
-            .try_acquire(name, options)
-            .await?
-            .map(|h| (h.fencing_token(), Held::Lock(h)))
-            .map(|(t, h)| (h, name.to_owned(), t)),
-        Kind::Fair => FairLock::new(locks, name)?
-            .acquire(options)
-            .await?
-            .map(|h| (h.fencing_token(), Held::Lock(h)))
-            .map(|(t, h)| (h, name.to_owned(), t)),
-        Kind::Semaphore(n) => Semaphore::new(locks, name, n)?
-            .acquire(options)
-            .await?
-            .map(|p| {
-                let (slot, token) = p.fencing_token();
-                (Held::Permit(p), slot_name(name, slot), token)
-            }),
-    })
-}
-
-/// A worker's loop: take a random name, read the register, wait, write with the token,
-/// release; until the register goes away.
-async fn work(
-    register: &str,
-    prefix: &str,
-    names: u32,
-    lease: Duration,
-    id: &str,
-    kind: Kind,
-    url: Option<&str>,
-) -> Result<(), String> {
-    let opened = crate::storage::open(url, storage_lock::backend::HolderInfo::this_process(), true)
-        .await
-        .map_err(|e| e.to_string())?;
-    let stream = TcpStream::connect(register)
-        .await
-        .map_err(|e| format!("the register: {e}"))?;
-    let (read, mut write) = stream.into_split();
-    let mut lines = BufReader::new(read).lines();
-    let options = storage_lock::AcquireOptions::default()
-        .lease(lease)
-        .auto_renew(lease / 3)
-        .wait(storage_lock::Wait::For(lease * 4));
-    loop {
-        let name = format!("{prefix}{}", rand::random_range(0..names));
-        let (held, checked, token) = match take(&opened.locks, kind, &name, &options).await {
-            Ok(Some(taken)) => taken,
-            Ok(None) => continue,
-            // A storage error under faults: try again (the verdict counts grants, not tries).
-            Err(_) => {
-                tokio::time::sleep(lease / 10).await;
-                continue;
-            }
-        };
-        write
-            .write_all(format!("R {checked}\n").as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let Some(value) = lines.next_line().await.map_err(|e| e.to_string())? else {
-            return Ok(());
-        };
-        // Stay a moment: a pause or a kill lands inside holds, and holders meet.
-        tokio::time::sleep(Duration::from_millis(rand::random_range(
-            0..=lease_ms_tenth(lease),
-        )))
-        .await;
-        write
-            .write_all(format!("W {checked} {value} {token} {id}\n").as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        if lines
-            .next_line()
-            .await
-            .map_err(|e| e.to_string())?
-            .is_none()
-        {
-            return Ok(());
-        }
-        held.release().await;
-    }
-}
-
-/// A tenth of `lease` in milliseconds.
-fn lease_ms_tenth(lease: Duration) -> u64 {
-    u64::try_from(lease.as_millis() / 10).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_register_fences_stale_writes_and_reports_what_fencing_missed() {
-        let (mut cells, mut t) = (HashMap::new(), Tally::default());
-        assert_eq!(answer(&mut cells, &mut t, "R a"), "0");
-        assert_eq!(answer(&mut cells, &mut t, "W a 0 5 w1"), "ok");
-        // A stale holder (lower token) is refused: fencing did its job.
-        assert_eq!(answer(&mut cells, &mut t, "W a 0 4 w2"), "stale");
-        assert!(t.violations.is_empty());
-        // The same token twice: two grants with one token.
-        assert_eq!(answer(&mut cells, &mut t, "W a 1 5 w3"), "violation");
-        // A higher token whose read is stale: two holds overlapped unfenced.
-        assert_eq!(answer(&mut cells, &mut t, "W a 0 6 w4"), "ok");
-        assert_eq!(t.violations.len(), 2, "{:?}", t.violations);
-        assert_eq!((t.accepted, t.fenced_off), (2, 1));
-        assert_eq!(answer(&mut cells, &mut t, "nonsense"), "error");
-    }
 
     #[test]
     fn faults_parse() {
