@@ -131,9 +131,11 @@ pub struct TortureArgs {
     #[arg(long, value_name = "KIND", value_parser = crate::commands::torture::parse_kind, default_value = "exclusive")]
     pub kind: crate::commands::torture::Kind,
     /// Faults to cause, taking turns every one and a half leases: kill (SIGKILL a worker and
-    /// start another), pause (SIGSTOP a worker past its lease, then SIGCONT), or none.
-    #[arg(long, value_name = "LIST", value_parser = crate::commands::torture::parse_faults, default_value = "kill,pause")]
-    pub faults: crate::commands::torture::Faults,
+    /// start another), pause (SIGSTOP a worker past its lease, then SIGCONT), cut (close the
+    /// workers' connections to a network storage and blackhole new ones past a lease), or none.
+    /// Default: all that the storage allows.
+    #[arg(long, value_name = "LIST", value_parser = crate::commands::torture::parse_faults)]
+    pub faults: Option<crate::commands::torture::Faults>,
     /// Print the verdict as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -6,9 +6,11 @@
 //! moment, and writes `value + 1` with the hold's fencing token. The register is fenced, as the
 //! resources the lock protects should be: it refuses a write whose token is below the highest it
 //! accepted for the name (a stale holder, fenced off: not a violation). Meanwhile this command
-//! hurts the workers: `kill` (SIGKILL a worker, holding or not, and start a new one) and `pause`
+//! hurts the workers: `kill` (SIGKILL a worker, holding or not, and start a new one), `pause`
 //! (SIGSTOP a worker for one and a half leases, then SIGCONT: it wakes up past its lease and
-//! writes as if it still held the lock).
+//! writes as if it still held the lock) and `cut` (the workers reach a network storage through
+//! a loopback proxy of this command's, which closes every connection and blackholes new ones
+//! for one and a half leases: holders cannot renew, nobody can acquire).
 //!
 //! # What counts as a violation
 //! * **lost update**: a write with the highest token so far whose read is stale — another
@@ -22,11 +24,13 @@
 //! (`memory:`), a store that forgets writes — shows them within seconds.
 //!
 //! # What it cannot cause
-//! A failover, a disk loss or a network partition of the storage's own servers, a machine
-//! pause: combine it with your own fault injection (restart your Redis, fail over your
+//! A failover, a disk loss or a network partition among the storage's own servers, a machine
+//! pause, a cut of a cluster's connections (its clients learn the members' addresses past any
+//! proxy): combine it with your own fault injection (restart your Redis, fail over your
 //! PostgreSQL while it runs). Stale writes fenced off are reported, not counted as violations:
 //! they are fencing doing its job.
 
+mod proxy;
 mod register;
 mod worker;
 
@@ -54,6 +58,9 @@ pub enum Fault {
     Kill,
     /// SIGSTOP a worker for one and a half leases, then SIGCONT.
     Pause,
+    /// Close every worker's connection to the storage and blackhole new ones for one and a
+    /// half leases (the workers reach a network storage through a proxy of this command's).
+    Cut,
 }
 
 impl Fault {
@@ -61,6 +68,7 @@ impl Fault {
         match self {
             Self::Kill => "kill",
             Self::Pause => "pause",
+            Self::Cut => "cut",
         }
     }
 }
@@ -108,7 +116,7 @@ pub fn parse_kind(s: &str) -> Result<Kind, String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Faults(pub Vec<Fault>);
 
-/// Parses `--faults`: a comma-separated list of `kill`, `pause`, or `none`.
+/// Parses `--faults`: a comma-separated list of `kill`, `pause`, `cut`, or `none`.
 ///
 /// # Errors
 /// An unknown fault, with the known ones.
@@ -118,8 +126,13 @@ pub fn parse_faults(s: &str) -> Result<Faults, String> {
         let fault = match f {
             "kill" => Fault::Kill,
             "pause" => Fault::Pause,
+            "cut" => Fault::Cut,
             "none" => continue,
-            other => return Err(format!("unknown fault {other:?} (kill, pause or none)")),
+            other => {
+                return Err(format!(
+                    "unknown fault {other:?} (kill, pause, cut or none)"
+                ));
+            }
         };
         if !faults.contains(&fault) {
             faults.push(fault);
@@ -167,7 +180,34 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
         std::process::id(),
         rand::random::<u32>()
     );
-    let faults = args.faults.0.clone();
+    // The proxy the workers reach the storage through, when the storage is on the network.
+    let route = url.as_deref().map_or_else(
+        || {
+            Err(
+                "cut needs a storage reached over the network, not the default SQLite file"
+                    .to_owned(),
+            )
+        },
+        proxy::route,
+    );
+    let faults = match &args.faults {
+        Some(f) => f.0.clone(),
+        None if route.is_ok() => vec![Fault::Kill, Fault::Pause, Fault::Cut],
+        None => vec![Fault::Kill, Fault::Pause],
+    };
+    let proxy = if faults.contains(&Fault::Cut) {
+        let route = route.map_err(Failure::usage)?;
+        let proxy = proxy::Proxy::start(route.target.clone())
+            .await
+            .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot start the proxy: {e}")))?;
+        Some((route.through(proxy.addr), proxy))
+    } else {
+        None
+    };
+    let worker_url = proxy
+        .as_ref()
+        .map(|(through, _)| through.clone())
+        .or_else(|| url.clone());
     if !quiet {
         eprintln!(
             "storage-lock: torturing {shown} for {}: {} workers taking {} locks on {} names, lease {}, faults {}",
@@ -198,7 +238,7 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
             .arg(args.lease.as_millis().to_string())
             .arg(id.to_string())
             .arg(args.kind.to_string())
-            .arg(url.as_deref().unwrap_or(""))
+            .arg(worker_url.as_deref().unwrap_or(""))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -238,6 +278,11 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
                 let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
                 tokio::time::sleep(args.lease * 3 / 2).await;
                 let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            }
+            Fault::Cut => {
+                if let Some((_, proxy)) = &proxy {
+                    proxy.cut_for(args.lease * 3 / 2).await;
+                }
             }
         }
         *tally
@@ -344,7 +389,8 @@ mod tests {
         );
         assert_eq!(parse_faults("none"), Ok(Faults(vec![])));
         assert_eq!(parse_faults("pause, pause"), Ok(Faults(vec![Fault::Pause])));
-        assert!(parse_faults("cut").is_err());
+        assert_eq!(parse_faults("cut"), Ok(Faults(vec![Fault::Cut])));
+        assert!(parse_faults("skew").is_err());
     }
 
     #[test]
