@@ -9,7 +9,7 @@ use std::time::Duration;
 use storage_lock_core::fault::FaultyStorage;
 use storage_lock_core::kinds::{
     Election, FairLock, MAX_VALUE_LEN, Observed, RwLock, Semaphore, acquire_all, order_name,
-    place_name,
+    place_name, tickets_name,
 };
 use storage_lock_core::{
     AcquireOptions, LockError, LockEventKind, RenewalResult, Storage, StorageLock, Wait,
@@ -1050,10 +1050,20 @@ pub async fn fair_lock_nobody_jumps_the_queue<S: Storage>(s: S) {
     let l = locks(s);
     let fair = FairLock::with_max_waiters(&l, &unique_prefix("fair-jump"), 4).unwrap();
     let lease = Duration::from_secs(60);
-    // A waiter ahead of every ticket the dispenser gives: ticket 0, in place 0.
+    // The dispenser's next tickets: an existing key's token rises by one a grant.
+    let dispenser = l
+        .try_acquire(&tickets_name(fair.name()), &opts(Wait::Never, lease))
+        .await
+        .unwrap()
+        .expect("free");
+    let next = dispenser.fencing_token() + 1;
+    dispenser.release().await.unwrap();
+    // A waiter ahead of every ticket the dispenser gives (ticket 0), in a place the next two
+    // tickets (the two waiters below) do not take.
+    let place = u32::try_from((next + 2) % 4).unwrap();
     let ahead = l
         .try_acquire(
-            &place_name(fair.name(), 0),
+            &place_name(fair.name(), place),
             &opts(Wait::Never, lease).note("fair-ticket 0"),
         )
         .await
