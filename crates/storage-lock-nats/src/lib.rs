@@ -79,6 +79,8 @@ pub struct NatsStorage {
     seen: Arc<Observations>,
     durability: Durability,
     hub: Arc<Notifications<WatchSource>>,
+    /// The builder's request timeout: what a read may take in all, however often it is asked.
+    timeout: Duration,
 }
 
 impl fmt::Debug for NatsStorage {
@@ -405,6 +407,7 @@ impl NatsStorageBuilder {
             prefix,
             seen,
             durability,
+            timeout: self.timeout,
         })
     }
 }
@@ -455,17 +458,36 @@ impl NatsStorage {
     }
 
     /// The last message of `key`'s subject, read from the stream leader (linearizable).
+    ///
+    /// A read that goes unanswered for [`PROBE`] is asked again, within the builder's timeout:
+    /// a replicated stream's leader can change in the first moments of a new bucket (after
+    /// [`led`] saw one), and a request sent to the leader that just stepped down is never
+    /// answered (a clean-clone CI run failed so: a fresh R3 bucket's first read waited out the
+    /// whole 10 s timeout). Asking again is safe because it only reads.
     async fn last(&self, key: &str) -> Result<Option<StreamMessage>, StorageError> {
         let subject = format!("{}{}", self.store.prefix, self.full(key));
-        match self
-            .store
-            .stream
-            .get_last_raw_message_by_subject(&subject)
-            .await
-        {
-            Ok(m) => Ok(Some(m)),
-            Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => Ok(None),
-            Err(e) => Err(StorageError::backend(NAME, "get", e)),
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let asked = self.store.stream.get_last_raw_message_by_subject(&subject);
+            match tokio::time::timeout(PROBE.min(left), asked).await {
+                Ok(Ok(m)) => return Ok(Some(m)),
+                Ok(Err(e)) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => {
+                    return Ok(None);
+                }
+                Ok(Err(e)) => return Err(StorageError::backend(NAME, "get", e)),
+                Err(_) if left > PROBE => {}
+                Err(_) => {
+                    return Err(StorageError::backend(
+                        NAME,
+                        "get",
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no answer within {:?}", self.timeout),
+                        ),
+                    ));
+                }
+            }
         }
     }
 }
