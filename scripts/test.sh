@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace against real servers: unit and integration tests (both suites
 # on memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis, etcd, NATS JetStream KV and S3 (an
-# emulator), the multi-process tests, the connection-loss tests, the server-restart tests, the CLI's end-to-end tests on every backend, the lock server and its SDK
-# over HTTP and gRPC), doc tests, a build of the benchmarks, and schemathesis against the server's
-# OpenAPI document, and the web page's browser tests. scripts/services.sh starts the servers if needed; one that stays unreachable
-# fails the run.
+# emulator), the multi-process tests, the connection-loss tests, the server-restart tests, the
+# CLI's end-to-end tests on every backend, `storage-lock torture` for 20 s on every backend and
+# through a lock server, the lock server and its SDK over HTTP and gRPC), doc tests, a build of
+# the benchmarks, schemathesis against the server's OpenAPI document, and the browser tests of
+# the web page and of torture's reports. scripts/torture.sh is torture's long run.
+# scripts/services.sh starts the servers if needed; one that stays unreachable fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh

@@ -13,7 +13,10 @@ file on a spare loopback port, then checks:
   4. a reader sees no force-release button, and gets 403 when posting one anyway;
   5. an admin force-releases from the page (confirming the dialog) and the holder — a
      `storage-lock run` process whose SDK handle renews through the server — loses the lock;
-  6. the page is readable at 1280 px and at phone width (screenshots).
+  6. the page is readable at 1280 px and at phone width (screenshots);
+  7. `torture --report` pages open from the file: a run with faults shows its verdict, a lane
+     per worker, hold bars and fault marks; a run on a storage broken on purpose (--mutate)
+     shows VIOLATED, red bars and the list of violations (screenshots).
 Screenshots of each page go to SCREENSHOT_DIR. Any failure exits non-zero.
 """
 
@@ -84,6 +87,16 @@ def main():
          "--auth", os.path.join(work, "auth.toml")],
         stderr=open(os.path.join(work, "server.log"), "w"))
     holder = None
+    # 7's runs go first, beside the rest: they take seconds of wall time, little CPU.
+    tortures = {}
+    for kind, extra in (("ok", ["--faults", "kill,pause,skew", "--duration", "8s"]),
+                        ("violated", ["--mutate", "non-atomic", "--faults", "none",
+                                      "--duration", "4s", "--names", "1"])):
+        report = os.path.join(work, f"torture-{kind}")
+        tortures[kind] = (report, subprocess.Popen(
+            [binary, "torture", f"sqlite://{work}/torture-{kind}.db", "--lease", "1s",
+             "--workers", "3", "--report", report, "-q", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -210,9 +223,38 @@ def main():
             wide = phone.evaluate("document.documentElement.scrollWidth")
             check(wide <= 390, f"no horizontal scrolling at 390 px (page is {wide} px wide)")
             phone.screenshot(path=os.path.join(shots, "locks-phone.png"), full_page=True)
+
+            # 7: the torture reports, from the file (no server).
+            for kind, (report, proc) in tortures.items():
+                code = proc.wait(timeout=120)
+                check(code == (0 if kind == "ok" else 1), f"torture ({kind}) exited {code}")
+                page = browser.new_page(viewport={"width": 1280, "height": 700})
+                page.goto("file://" + os.path.join(report, "report.html"))
+                verdict = page.locator("#verdict").inner_text()
+                check(verdict == ("ok" if kind == "ok" else "VIOLATED"),
+                      f"the {kind} report says {verdict}")
+                lanes = page.locator("#timeline rect.lane").count()
+                holds = page.locator("#timeline rect.hold").count()
+                check(lanes >= 3 and holds > 0, f"{kind}: {lanes} lanes, {holds} hold bars drawn")
+                box = page.locator("#timeline rect.hold").first.bounding_box()
+                check(box and box["width"] >= 2 and box["height"] > 10,
+                      f"{kind}: a hold bar is visible ({box})")
+                if kind == "ok":
+                    faults = page.locator("#timeline .fault").count()
+                    check(faults >= 3, f"the faults are marked ({faults})")
+                    check(page.locator("#timeline text", has_text="(clock ").count() >= 1,
+                          "the skewed worker's lane says so")
+                else:
+                    red = page.locator("#timeline rect.violation").count()
+                    listed = page.locator("li.violation").count()
+                    check(red > 0 and listed > 0, f"violations in red ({red}) and listed ({listed})")
+                page.screenshot(path=os.path.join(shots, f"torture-{kind}.png"), full_page=True)
             browser.close()
         print(f"all browser checks passed; screenshots in {shots}")
     finally:
+        for _, proc in tortures.values():
+            if proc.poll() is None:
+                proc.kill()
         if holder and holder.poll() is None:
             holder.kill()
         server.terminate()

@@ -126,16 +126,26 @@ pub struct TortureArgs {
     /// a half.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "2s")]
     pub lease: Duration,
-    /// The lock kind the workers take: exclusive, fair, or semaphore:N (each permit slot is
-    /// checked as a name of its own).
+    /// The lock kind the workers take: exclusive, fair, semaphore:N (each permit slot is
+    /// checked as a name of its own), or rw (one take in three writes; readers are checked
+    /// against writers).
     #[arg(long, value_name = "KIND", value_parser = crate::commands::torture::parse_kind, default_value = "exclusive")]
     pub kind: crate::commands::torture::Kind,
     /// Faults to cause, taking turns every one and a half leases: kill (SIGKILL a worker and
     /// start another), pause (SIGSTOP a worker past its lease, then SIGCONT), cut (close the
-    /// workers' connections to a network storage and blackhole new ones past a lease), or none.
-    /// Default: all that the storage allows.
+    /// workers' connections to a network storage and blackhole new ones past a lease), skew
+    /// (replace a worker with one whose wall clock runs an hour ahead or behind; needs
+    /// libfaketime), or none. Default: all that the storage and this machine allow.
     #[arg(long, value_name = "LIST", value_parser = crate::commands::torture::parse_faults)]
     pub faults: Option<crate::commands::torture::Faults>,
+    /// Write the history (history.jsonl), the verdict (verdict.json) and a timeline to open
+    /// in a browser (report.html) into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<std::path::PathBuf>,
+    /// Break the workers' storage on purpose, to see the tool fail: forget (one update in two
+    /// acknowledged and not applied) or non-atomic (compare-and-set done as check-then-write).
+    #[arg(long, value_name = "HOW", value_parser = crate::commands::torture::mutant::parse_mutation)]
+    pub mutate: Option<crate::commands::torture::mutant::Mutation>,
     /// Print the verdict as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -1,6 +1,9 @@
 //! `storage-lock torture`: on every storage of `support::urls`, and through a lock server, it
-//! finds nothing wrong while it kills and pauses its workers and cuts their connections; on a storage its workers do not share it reports violations,
-//! so the tool is known to be able to fail. The real binary, real processes.
+//! finds nothing wrong while it kills, pauses and clock-skews its workers and cuts their
+//! connections; on a storage its workers do not share, and on storages broken on purpose
+//! (`--mutate`), it reports violations, so the tool is known to be able to fail; `--report`
+//! writes the history and the timeline page (scripts/ui_test.py opens it in Chromium). The real
+//! binary, real processes.
 
 mod support;
 
@@ -24,10 +27,11 @@ fn torture(dir: &std::path::Path, url: &str, args: &[&str]) -> (Option<i32>, Val
     )
 }
 
-/// Every storage at once, and a lock server over SQLite (a run per storage, in parallel: the
-/// checks are exact, so a loaded machine only makes the runs do less).
+/// Every storage at once, and a lock server over SQLite, 20 s each with every fault the storage
+/// allows (a run per storage, in parallel: the checks are exact, so a loaded machine only makes
+/// the runs do less).
 #[test]
-fn torture_finds_nothing_wrong_on_every_storage_under_kills_pauses_and_cuts() {
+fn torture_finds_nothing_wrong_on_every_storage_under_kills_pauses_skews_and_cuts() {
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(
         &format!("sqlite://{}", dir.path().join("served.db").display()),
@@ -42,7 +46,7 @@ fn torture_finds_nothing_wrong_on_every_storage_under_kills_pauses_and_cuts() {
                 let (code, v, stderr) = torture(
                     dir,
                     url,
-                    &["--duration", "10s", "--lease", "1s", "--workers", "3"],
+                    &["--duration", "20s", "--lease", "1s", "--workers", "3"],
                 );
                 assert_eq!(code, Some(0), "{url}: {v} {stderr}");
                 assert_eq!(v["verdict"], "ok", "{url}: {v}");
@@ -50,10 +54,11 @@ fn torture_finds_nothing_wrong_on_every_storage_under_kills_pauses_and_cuts() {
                 assert!(v["writes_accepted"].as_u64() > Some(0), "{url}: {v}");
                 // Connections are cut wherever the storage is one server on the network.
                 let cut = !url.starts_with("sqlite:") && !url.contains("cluster=true");
+                // A skewed clock wherever libfaketime is (scripts/services.sh installs it).
                 let faults: &[&str] = if cut {
-                    &["kill", "pause", "cut"]
+                    &["kill", "pause", "cut", "skew"]
                 } else {
-                    &["kill", "pause"]
+                    &["kill", "pause", "skew"]
                 };
                 for &fault in faults {
                     assert!(
@@ -67,13 +72,14 @@ fn torture_finds_nothing_wrong_on_every_storage_under_kills_pauses_and_cuts() {
     });
 }
 
-/// The fair lock and a semaphore (each permit slot checked as a name of its own) on SQLite.
+/// The fair lock, a semaphore (each permit slot checked as a name of its own) and the
+/// reader-writer lock (readers checked against writers) on SQLite.
 #[test]
-fn torture_checks_fair_locks_and_semaphores() {
+fn torture_checks_fair_locks_semaphores_and_reader_writer_locks() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("kinds.db").display());
     std::thread::scope(|scope| {
-        for kind in ["fair", "semaphore:2"] {
+        for kind in ["fair", "semaphore:2", "rw"] {
             let (dir, url) = (dir.path(), &url);
             scope.spawn(move || {
                 let (code, v, stderr) = torture(
@@ -114,6 +120,136 @@ fn torture_reports_violations_on_a_storage_its_workers_do_not_share() {
         v["violations"].as_array().is_some_and(|a| !a.is_empty()),
         "{v}"
     );
+    // Readers and writers that do not exclude each other: the end-of-run check sees them.
+    let (code, v, stderr) = torture(
+        dir.path(),
+        "memory:",
+        &[
+            "--kind",
+            "rw",
+            "--duration",
+            "4s",
+            "--lease",
+            "500ms",
+            "--names",
+            "1",
+            "--faults",
+            "none",
+        ],
+    );
+    assert_eq!(code, Some(1), "{v} {stderr}");
+    assert!(
+        v["violations"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x
+                .as_str()
+                .is_some_and(|x| x.starts_with("reader and writer overlapped")))),
+        "{v}"
+    );
+}
+
+/// Storages broken on purpose: one that forgets acknowledged writes and one that does
+/// compare-and-set as check-then-write. Both over real SQLite; the tool must say so.
+#[test]
+fn torture_reports_violations_on_storages_broken_on_purpose() {
+    let dir = tempfile::tempdir().unwrap();
+    std::thread::scope(|scope| {
+        for mutation in ["forget", "non-atomic"] {
+            let dir = dir.path();
+            scope.spawn(move || {
+                let url = format!("sqlite://{}", dir.join(format!("{mutation}.db")).display());
+                let (code, v, stderr) = torture(
+                    dir,
+                    &url,
+                    &[
+                        "--mutate",
+                        mutation,
+                        "--duration",
+                        "6s",
+                        "--lease",
+                        "1s",
+                        "--workers",
+                        "4",
+                        "--names",
+                        "1",
+                        "--faults",
+                        "none",
+                    ],
+                );
+                assert_eq!(code, Some(1), "{mutation}: {v} {stderr}");
+                assert_eq!(v["verdict"], "violated", "{mutation}: {v}");
+                assert_eq!(v["mutated"], mutation, "{v}");
+                assert!(
+                    v["violations"].as_array().is_some_and(|a| !a.is_empty()),
+                    "{mutation}: {v}"
+                );
+            });
+        }
+    });
+}
+
+/// `--report DIR`: the history as JSON lines (every kind of event, times in order of the
+/// register), the verdict, and a self-contained page with a lane per worker.
+#[test]
+fn torture_writes_its_history_and_a_timeline_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("report.db").display());
+    let report = dir.path().join("report");
+    let (code, v, stderr) = torture(
+        dir.path(),
+        &url,
+        &[
+            "--duration",
+            "8s",
+            "--lease",
+            "1s",
+            "--workers",
+            "3",
+            "--faults",
+            "kill,pause,skew",
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{v} {stderr}");
+    let history = std::fs::read_to_string(report.join("history.jsonl")).unwrap();
+    let events: Vec<Value> = history
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    for kind in ["worker", "exit", "read", "write", "fault"] {
+        assert!(
+            events.iter().any(|e| e["event"] == kind),
+            "no {kind} event in the history"
+        );
+    }
+    let writes = events.iter().filter(|e| e["event"] == "write").count();
+    assert_eq!(
+        Some(writes as u64),
+        v["writes_accepted"]
+            .as_u64()
+            .zip(v["stale_writes_fenced_off"].as_u64())
+            .map(|(a, b)| a + b),
+        "every write is in the history: {v}"
+    );
+    let reads: Vec<f64> = events
+        .iter()
+        .filter(|e| e["event"] == "read")
+        .filter_map(|e| e["ms"].as_f64())
+        .collect();
+    assert!(reads.windows(2).all(|w| w[0] <= w[1]), "reads out of order");
+    let verdict: Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("verdict.json")).unwrap())
+            .unwrap();
+    assert_eq!(verdict, v, "verdict.json is the verdict printed");
+    let html = std::fs::read_to_string(report.join("report.html")).unwrap();
+    assert!(html.contains(r#"<svg xmlns="http://www.w3.org/2000/svg" id="timeline""#));
+    assert!(html.contains(r#"class="hold""#), "no hold bar");
+    assert!(html.contains("(clock "), "no skewed lane");
+    assert!(!html.contains("<script"), "the page needs no script");
+    let lanes = html.matches(r#"class="lane""#).count();
+    let workers = events.iter().filter(|e| e["event"] == "worker").count();
+    assert_eq!(lanes, workers, "one lane per worker process");
 }
 
 #[test]
@@ -123,7 +259,8 @@ fn torture_refuses_bad_input_in_one_line() {
         &["--workers", "0"][..],
         &["--names", "17"],
         &["--lease", "10ms"],
-        &["--faults", "skew"],
+        &["--faults", "flood"],
+        &["--mutate", "slowly"],
         &["--faults", "cut"], // memory: has no connection to cut
         &["--kind", "semaphore:0"],
     ] {

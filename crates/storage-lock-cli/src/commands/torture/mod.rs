@@ -8,9 +8,16 @@
 //! accepted for the name (a stale holder, fenced off: not a violation). Meanwhile this command
 //! hurts the workers: `kill` (SIGKILL a worker, holding or not, and start a new one), `pause`
 //! (SIGSTOP a worker for one and a half leases, then SIGCONT: it wakes up past its lease and
-//! writes as if it still held the lock) and `cut` (the workers reach a network storage through
+//! writes as if it still held the lock), `cut` (the workers reach a network storage through
 //! a loopback proxy of this command's, which closes every connection and blackholes new ones
-//! for one and a half leases: holders cannot renew, nobody can acquire).
+//! for one and a half leases: holders cannot renew, nobody can acquire) and `skew` (replace a
+//! worker with one whose wall clock runs an hour ahead or behind, under libfaketime; its
+//! monotonic and boot clocks left alone, as an NTP step would: on a storage whose expiry is
+//! its own decision, a skewed contender must find held locks busy).
+//!
+//! Before each write the worker asks its handle whether the hold is lost, and tells the
+//! register, with the boot-clock time it asked at (one clock for every process on the
+//! machine). A hold must turn lost before any later grant of its name is in force.
 //!
 //! # What counts as a violation
 //! * **lost update**: a write with the highest token so far whose read is stale — another
@@ -18,10 +25,19 @@
 //!   holds overlapped where it mattered.
 //! * **repeated token**: a write with the same token as the last accepted one — two grants of
 //!   the name carried one fencing token.
+//! * **lost hold not reported**: a handle said "not lost" after a later grant of its name had
+//!   read the register — two holds believed themselves valid at once.
 //!
-//! Both are exact (no timing judgement): with a storage that keeps exclusion and fencing, neither
-//! can happen whatever the faults. A storage that does not — processes that do not share it
-//! (`memory:`), a store that forgets writes — shows them within seconds.
+//! All three are exact (the third compares two readings of one clock, taken in a known order):
+//! with a storage that keeps exclusion and fencing, none can happen whatever the faults. A
+//! storage that does not — processes that do not share it (`memory:`), a store broken on
+//! purpose by `--mutate` ([`mutant`]) — shows them within seconds.
+//!
+//! # The report
+//! `--report DIR` writes the run's history (`history.jsonl`: every read, write, fault and
+//! violation with its time), the verdict (`verdict.json`) and `report.html`, a self-contained
+//! timeline (one lane per worker process, holds as bars with their tokens, faults marked,
+//! violations in red) that any browser opens from the file.
 //!
 //! # What it cannot cause
 //! A failover, a disk loss or a network partition among the storage's own servers, a machine
@@ -30,10 +46,13 @@
 //! PostgreSQL while it runs). Stale writes fenced off are reported, not counted as violations:
 //! they are fencing doing its job.
 
+pub mod mutant;
 mod proxy;
 mod register;
+mod report;
 mod worker;
 
+use std::io::IsTerminal;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -45,7 +64,7 @@ use tokio::process::{Child, Command};
 
 use crate::cli::TortureArgs;
 use crate::exit::{self, Failure};
-use register::Tally;
+use register::{Event, Tally};
 pub use worker::worker_main;
 
 /// The hidden subcommand a worker process runs.
@@ -61,6 +80,8 @@ pub enum Fault {
     /// Close every worker's connection to the storage and blackhole new ones for one and a
     /// half leases (the workers reach a network storage through a proxy of this command's).
     Cut,
+    /// Replace a worker with one whose wall clock runs an hour ahead or behind (libfaketime).
+    Skew,
 }
 
 impl Fault {
@@ -69,6 +90,7 @@ impl Fault {
             Self::Kill => "kill",
             Self::Pause => "pause",
             Self::Cut => "cut",
+            Self::Skew => "skew",
         }
     }
 }
@@ -83,6 +105,9 @@ pub enum Kind {
     /// A semaphore of N permits: each permit slot is checked as a name of its own (its holds
     /// exclude each other and their tokens rise).
     Semaphore(u32),
+    /// The reader-writer lock ([`storage_lock::kinds::RwLock`]): one take in three writes;
+    /// readers are checked against writers when the run ends.
+    Rw,
 }
 
 impl std::fmt::Display for Kind {
@@ -91,11 +116,12 @@ impl std::fmt::Display for Kind {
             Self::Exclusive => f.write_str("exclusive"),
             Self::Fair => f.write_str("fair"),
             Self::Semaphore(n) => write!(f, "semaphore:{n}"),
+            Self::Rw => f.write_str("rw"),
         }
     }
 }
 
-/// Parses `--kind`: `exclusive`, `fair` or `semaphore:N` (N in 1..=64).
+/// Parses `--kind`: `exclusive`, `fair`, `semaphore:N` (N in 1..=64) or `rw`.
 ///
 /// # Errors
 /// Anything else, with the known kinds.
@@ -103,10 +129,11 @@ pub fn parse_kind(s: &str) -> Result<Kind, String> {
     match s {
         "exclusive" => Ok(Kind::Exclusive),
         "fair" => Ok(Kind::Fair),
+        "rw" => Ok(Kind::Rw),
         _ => match s.strip_prefix("semaphore:").map(str::parse::<u32>) {
             Some(Ok(n)) if (1..=64).contains(&n) => Ok(Kind::Semaphore(n)),
             _ => Err(format!(
-                "unknown kind {s:?} (exclusive, fair or semaphore:N with N in 1..=64)"
+                "unknown kind {s:?} (exclusive, fair, rw or semaphore:N with N in 1..=64)"
             )),
         },
     }
@@ -116,7 +143,7 @@ pub fn parse_kind(s: &str) -> Result<Kind, String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Faults(pub Vec<Fault>);
 
-/// Parses `--faults`: a comma-separated list of `kill`, `pause`, `cut`, or `none`.
+/// Parses `--faults`: a comma-separated list of `kill`, `pause`, `cut`, `skew`, or `none`.
 ///
 /// # Errors
 /// An unknown fault, with the known ones.
@@ -127,10 +154,11 @@ pub fn parse_faults(s: &str) -> Result<Faults, String> {
             "kill" => Fault::Kill,
             "pause" => Fault::Pause,
             "cut" => Fault::Cut,
+            "skew" => Fault::Skew,
             "none" => continue,
             other => {
                 return Err(format!(
-                    "unknown fault {other:?} (kill, pause, cut or none)"
+                    "unknown fault {other:?} (kill, pause, cut, skew or none)"
                 ));
             }
         };
@@ -141,11 +169,93 @@ pub fn parse_faults(s: &str) -> Result<Faults, String> {
     Ok(Faults(faults))
 }
 
+/// Where libfaketime's `faketime` is, if it is on `PATH`.
+fn faketime() -> Option<std::path::PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("faketime"))
+        .find(|path| path.is_file())
+}
+
+/// A running worker process and its id (its lane in the report).
+struct Worker {
+    id: u32,
+    child: Child,
+}
+
+/// How to start worker processes.
+struct Spawner {
+    exe: std::path::PathBuf,
+    /// The fixed arguments after the id: see [`worker::worker_main`].
+    register: String,
+    prefix: String,
+    names: String,
+    lease_ms: String,
+    kind: String,
+    mutation: String,
+    url: String,
+    faketime: Option<std::path::PathBuf>,
+    next_id: u32,
+    tally: Arc<Mutex<Tally>>,
+}
+
+impl Spawner {
+    /// Starts a worker, with its wall clock `skew` away (`+3600s`, `-3600s`) when given.
+    fn spawn(&mut self, skew: Option<String>) -> Result<Worker, Failure> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut cmd = match (&skew, &self.faketime) {
+            (Some(skew), Some(faketime)) => {
+                let mut cmd = Command::new(faketime);
+                // The wall clock only: the monotonic and boot clocks that time holds stay true.
+                cmd.arg("-f")
+                    .arg(skew)
+                    .arg(&self.exe)
+                    .env("DONT_FAKE_MONOTONIC", "1");
+                cmd
+            }
+            _ => Command::new(&self.exe),
+        };
+        cmd.arg(WORKER)
+            .args([&self.register, &self.prefix, &self.names, &self.lease_ms])
+            .arg(id.to_string())
+            .args([&self.kind, &self.mutation, &self.url])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot start a worker: {e}")))?;
+        let mut tally = lock(&self.tally);
+        let ms = tally.now_ms();
+        tally.record(Event::Worker {
+            ms,
+            worker: id,
+            skew,
+        });
+        Ok(Worker { id, child })
+    }
+}
+
+/// Records that `worker`'s process is gone.
+fn exited(tally: &Mutex<Tally>, worker: u32) {
+    let mut tally = lock(tally);
+    let ms = tally.now_ms();
+    tally.record(Event::Exit { ms, worker });
+}
+
+/// The tally, whoever panicked while holding it.
+fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
+    tally
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// `storage-lock torture`.
 ///
 /// # Errors
 /// Bad arguments (exit 2), a storage that cannot be opened (69), workers that cannot be
-/// started (70).
+/// started or a report that cannot be written (70).
 pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Result<u8, Failure> {
     let url = args.url.as_deref().or(url).map(str::to_owned);
     if !(1..=64).contains(&args.workers) {
@@ -165,21 +275,13 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
     )
     .await?;
     let shown = opened.shown.clone();
+    if args.mutate.is_some() && opened.storage.primitives().is_none() {
+        return Err(Failure::usage(
+            "--mutate breaks a storage's compare-and-set primitives; a lock server's URL has none (mutate the storage behind it)",
+        ));
+    }
     drop(opened);
-
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot serve the register: {e}")))?;
-    let register = listener
-        .local_addr()
-        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot serve the register: {e}")))?;
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let server = tokio::spawn(register::serve(listener, tally.clone()));
-    let prefix = format!(
-        "torture-{}-{:08x}/",
-        std::process::id(),
-        rand::random::<u32>()
-    );
+    let faketime = faketime();
     // The proxy the workers reach the storage through, when the storage is on the network.
     let route = url.as_deref().map_or_else(
         || {
@@ -192,9 +294,33 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
     );
     let faults = match &args.faults {
         Some(f) => f.0.clone(),
-        None if route.is_ok() => vec![Fault::Kill, Fault::Pause, Fault::Cut],
-        None => vec![Fault::Kill, Fault::Pause],
+        None => [Fault::Kill, Fault::Pause, Fault::Cut, Fault::Skew]
+            .into_iter()
+            .filter(|f| match f {
+                Fault::Cut => route.is_ok(),
+                Fault::Skew => faketime.is_some(),
+                _ => true,
+            })
+            .collect(),
     };
+    if faults.contains(&Fault::Skew) && faketime.is_none() {
+        return Err(Failure::usage(
+            "skew needs libfaketime's faketime on PATH (Debian: apt install faketime)",
+        ));
+    }
+    let report_dir = match &args.report {
+        Some(dir) => Some(report::prepare(dir)?),
+        None => None,
+    };
+
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot serve the register: {e}")))?;
+    let register = listener
+        .local_addr()
+        .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot serve the register: {e}")))?;
+    let tally = Arc::new(Mutex::new(Tally::starting_now()));
+    let server = tokio::spawn(register::serve(listener, tally.clone()));
     let proxy = if faults.contains(&Fault::Cut) {
         let route = route.map_err(Failure::usage)?;
         let proxy = proxy::Proxy::start(route.target.clone())
@@ -208,49 +334,55 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
         .as_ref()
         .map(|(through, _)| through.clone())
         .or_else(|| url.clone());
+    let fault_names = if faults.is_empty() {
+        "none".to_owned()
+    } else {
+        faults
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     if !quiet {
         eprintln!(
-            "storage-lock: torturing {shown} for {}: {} workers taking {} locks on {} names, lease {}, faults {}",
+            "storage-lock: torturing {shown} for {}: {} workers taking {} locks on {} names, lease {}, faults {fault_names}{}",
             crate::output::duration(args.duration),
             args.workers,
             args.kind,
             args.names,
             crate::output::duration(args.lease),
-            if faults.is_empty() {
-                "none".to_owned()
-            } else {
-                faults
-                    .iter()
-                    .map(|f| f.name())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            }
+            args.mutate
+                .map(|m| format!(", the storage mutated ({})", m.name()))
+                .unwrap_or_default(),
         );
     }
-    let spawn = |id: u32| -> Result<Child, Failure> {
-        let exe = std::env::current_exe()
-            .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot start a worker: {e}")))?;
-        let mut cmd = Command::new(exe);
-        cmd.arg(WORKER)
-            .arg(register.to_string())
-            .arg(&prefix)
-            .arg(args.names.to_string())
-            .arg(args.lease.as_millis().to_string())
-            .arg(id.to_string())
-            .arg(args.kind.to_string())
-            .arg(worker_url.as_deref().unwrap_or(""))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
-        cmd.spawn()
-            .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot start a worker: {e}")))
+    let mut spawner = Spawner {
+        exe: std::env::current_exe()
+            .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot start a worker: {e}")))?,
+        register: register.to_string(),
+        prefix: format!(
+            "torture-{}-{:08x}/",
+            std::process::id(),
+            rand::random::<u32>()
+        ),
+        names: args.names.to_string(),
+        lease_ms: args.lease.as_millis().to_string(),
+        kind: args.kind.to_string(),
+        mutation: args
+            .mutate
+            .map_or("none", mutant::Mutation::name)
+            .to_owned(),
+        url: worker_url.unwrap_or_default(),
+        faketime,
+        next_id: 0,
+        tally: tally.clone(),
     };
     let mut workers = Vec::new();
-    for id in 0..args.workers {
-        workers.push(spawn(id)?);
+    for _ in 0..args.workers {
+        workers.push(spawner.spawn(None)?);
     }
-    let mut next_id = args.workers;
+    let progress = (!quiet && !args.json && std::io::stderr().is_terminal())
+        .then(|| tokio::spawn(progress(tally.clone(), args.duration)));
     let end = tokio::time::Instant::now() + args.duration;
     // A fault every 1.5 leases, on a random worker.
     let every = args.lease * 3 / 2;
@@ -264,117 +396,195 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
         let fault = faults[round % faults.len()];
         round += 1;
         let i = rand::random_range(0..workers.len());
-        let Some(pid) = workers[i].id().and_then(|p| i32::try_from(p).ok()) else {
+        let Some(pid) = workers[i].child.id().and_then(|p| i32::try_from(p).ok()) else {
             continue;
         };
-        match fault {
-            Fault::Kill => {
+        let mut target = workers[i].id;
+        let start = lock(&tally).now_ms();
+        let on_worker = match fault {
+            Fault::Kill | Fault::Skew => {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                let _ = workers[i].wait().await;
-                workers[i] = spawn(next_id)?;
-                next_id += 1;
+                let _ = workers[i].child.wait().await;
+                exited(&tally, target);
+                // An hour either way: past any lease, so a wall clock that decided anything
+                // would decide wrong.
+                let skew = (fault == Fault::Skew).then(|| {
+                    if round.is_multiple_of(2) {
+                        "+3600s"
+                    } else {
+                        "-3600s"
+                    }
+                    .to_owned()
+                });
+                workers[i] = spawner.spawn(skew)?;
+                if fault == Fault::Skew {
+                    // The skewed clock is the fault, on the new worker's lane.
+                    target = workers[i].id;
+                }
+                true
             }
             Fault::Pause => {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
                 tokio::time::sleep(args.lease * 3 / 2).await;
                 let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+                true
             }
             Fault::Cut => {
                 if let Some((_, proxy)) = &proxy {
                     proxy.cut_for(args.lease * 3 / 2).await;
                 }
+                false
             }
-        }
-        *tally
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .faults
-            .entry(fault.name())
-            .or_default() += 1;
+        };
+        let mut tally = lock(&tally);
+        let until_ms = tally.now_ms();
+        tally.record(Event::Fault {
+            ms: start,
+            fault: fault.name(),
+            worker: on_worker.then_some(target),
+            until_ms,
+        });
+        *tally.faults.entry(fault.name()).or_default() += 1;
     }
     tokio::time::sleep_until(end).await;
     for w in &mut workers {
-        let _ = w.start_kill();
+        let _ = w.child.start_kill();
     }
     for w in &mut workers {
-        let _ = w.wait().await;
+        let _ = w.child.wait().await;
+        exited(&tally, w.id);
     }
     server.abort();
-    let tally = std::mem::take(
-        &mut *tally
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    Ok(verdict(&shown, &args, &faults, &tally))
-}
-
-/// Prints the verdict: exit 0 when nothing went wrong and something was exercised, else 1.
-fn verdict(shown: &str, args: &TortureArgs, faults: &[Fault], t: &Tally) -> u8 {
-    let ok = t.violations.is_empty() && t.accepted > 0;
-    let faults_done: Vec<String> = faults
-        .iter()
-        .map(|f| {
-            format!(
-                "{} {}",
-                f.name(),
-                t.faults.get(f.name()).copied().unwrap_or(0)
-            )
-        })
-        .collect();
-    if args.json {
-        let json = serde_json::json!({
-            "storage": shown,
-            "verdict": if ok { "ok" } else { "violated" },
-            "seconds": args.duration.as_secs_f64(),
-            "workers": args.workers,
-            "kind": args.kind.to_string(),
-            "names": args.names,
-            "lease_ms": u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX),
-            "grants": t.reads,
-            "writes_accepted": t.accepted,
-            "stale_writes_fenced_off": t.fenced_off,
-            "faults": t.faults,
-            "violations": t.violations,
-        });
-        println!("{json}");
-    } else {
-        println!("storage:    {shown}");
-        println!(
-            "ran:        {} with {} workers taking {} locks on {} names, lease {}",
-            crate::output::duration(args.duration),
-            args.workers,
-            args.kind,
-            args.names,
-            crate::output::duration(args.lease)
-        );
-        println!(
-            "faults:     {}",
-            if faults_done.is_empty() {
-                "none".to_owned()
-            } else {
-                faults_done.join(", ")
-            }
-        );
-        println!(
-            "grants:     {} (writes accepted {}, stale writes fenced off {})",
-            t.reads, t.accepted, t.fenced_off
-        );
-        println!("violations: {}", t.violations.len());
-        for v in t.violations.iter().take(20) {
-            println!("  {v}");
-        }
-        if t.violations.len() > 20 {
-            println!("  … and {} more", t.violations.len() - 20);
-        }
-        if ok {
-            println!("verdict:    ok: no two holds overlapped unfenced, no fencing token repeated");
-        } else if t.violations.is_empty() {
-            println!("verdict:    nothing was exercised (no write reached the register)");
-        } else {
-            println!("verdict:    VIOLATED: this storage did not keep exclusion and fencing");
+    if let Some(progress) = progress {
+        progress.abort();
+        eprint!("\r\x1b[2K");
+    }
+    let mut tally = std::mem::take(&mut *lock(&tally));
+    tally.finish();
+    let (ok, json) = summary(&shown, &args, &faults, &tally);
+    if let Some(dir) = &report_dir {
+        report::write(dir, &json, &tally)?;
+        if !quiet {
+            eprintln!(
+                "storage-lock: report written to {}",
+                dir.join("report.html").display()
+            );
         }
     }
-    if ok { 0 } else { 1 }
+    if args.json {
+        println!("{json}");
+    } else {
+        print_verdict(&json, &tally, ok);
+    }
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// Redraws a one-line progress bar on stderr (a terminal's) until aborted.
+async fn progress(tally: Arc<Mutex<Tally>>, duration: Duration) {
+    let start = tokio::time::Instant::now();
+    loop {
+        let done = start.elapsed().min(duration);
+        let line = {
+            let t = lock(&tally);
+            let width = 30_u32;
+            let filled =
+                u32::try_from(done.as_millis() * u128::from(width) / duration.as_millis().max(1))
+                    .unwrap_or(width);
+            format!(
+                "\r\x1b[2K[{}{}] {}/{}  grants {}  faults {}  violations {}",
+                "#".repeat(filled as usize),
+                ".".repeat((width - filled.min(width)) as usize),
+                crate::output::duration(Duration::from_secs(done.as_secs())),
+                crate::output::duration(duration),
+                t.reads,
+                t.faults.values().sum::<u64>(),
+                t.violations.len()
+            )
+        };
+        eprint!("{line}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The verdict as JSON, and whether it is good: nothing went wrong and something was exercised.
+fn summary(
+    shown: &str,
+    args: &TortureArgs,
+    faults: &[Fault],
+    t: &Tally,
+) -> (bool, serde_json::Value) {
+    let ok = t.violations.is_empty() && t.accepted > 0;
+    let json = serde_json::json!({
+        "storage": shown,
+        "verdict": if ok { "ok" } else { "violated" },
+        "seconds": args.duration.as_secs_f64(),
+        "workers": args.workers,
+        "kind": args.kind.to_string(),
+        "names": args.names,
+        "lease_ms": u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX),
+        "mutated": args.mutate.map(mutant::Mutation::name),
+        "grants": t.reads,
+        "writes_accepted": t.accepted,
+        "stale_writes_fenced_off": t.fenced_off,
+        "writes_by_holds_reported_lost": t.lost_reported,
+        "faults": faults
+            .iter()
+            .map(|f| (f.name(), t.faults.get(f.name()).copied().unwrap_or(0)))
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        "violations": t.violations,
+    });
+    (ok, json)
+}
+
+/// Prints the verdict for people (one screen).
+fn print_verdict(v: &serde_json::Value, t: &Tally, ok: bool) {
+    println!("storage:    {}", v["storage"].as_str().unwrap_or_default());
+    println!(
+        "ran:        {} with {} workers taking {} locks on {} names, lease {}{}",
+        crate::output::duration(Duration::from_secs_f64(
+            v["seconds"].as_f64().unwrap_or(0.0)
+        )),
+        v["workers"],
+        v["kind"].as_str().unwrap_or_default(),
+        v["names"],
+        crate::output::duration(Duration::from_millis(v["lease_ms"].as_u64().unwrap_or(0))),
+        v["mutated"]
+            .as_str()
+            .map(|m| format!(", the storage mutated ({m})"))
+            .unwrap_or_default()
+    );
+    let faults: Vec<String> = v["faults"]
+        .as_object()
+        .map(|f| f.iter().map(|(k, n)| format!("{k} {n}")).collect())
+        .unwrap_or_default();
+    println!(
+        "faults:     {}",
+        if faults.is_empty() {
+            "none".to_owned()
+        } else {
+            faults.join(", ")
+        }
+    );
+    println!(
+        "grants:     {} (writes accepted {}, stale writes fenced off {}, by holds that knew they were lost {})",
+        t.reads, t.accepted, t.fenced_off, t.lost_reported
+    );
+    println!("violations: {}", t.violations.len());
+    for v in t.violations.iter().take(20) {
+        println!("  {v}");
+    }
+    if t.violations.len() > 20 {
+        println!("  … and {} more", t.violations.len() - 20);
+    }
+    if ok {
+        println!(
+            "verdict:    ok: no two holds overlapped unfenced, no fencing token repeated, every lost hold knew it"
+        );
+    } else if t.violations.is_empty() {
+        println!("verdict:    nothing was exercised (no write reached the register)");
+    } else {
+        println!("verdict:    VIOLATED: this storage did not keep exclusion and fencing");
+    }
 }
 
 #[cfg(test)]
@@ -390,15 +600,16 @@ mod tests {
         assert_eq!(parse_faults("none"), Ok(Faults(vec![])));
         assert_eq!(parse_faults("pause, pause"), Ok(Faults(vec![Fault::Pause])));
         assert_eq!(parse_faults("cut"), Ok(Faults(vec![Fault::Cut])));
-        assert!(parse_faults("skew").is_err());
+        assert_eq!(parse_faults("skew"), Ok(Faults(vec![Fault::Skew])));
+        assert!(parse_faults("flood").is_err());
     }
 
     #[test]
     fn kinds_parse_and_print_back() {
-        for kind in [Kind::Exclusive, Kind::Fair, Kind::Semaphore(3)] {
+        for kind in [Kind::Exclusive, Kind::Fair, Kind::Semaphore(3), Kind::Rw] {
             assert_eq!(parse_kind(&kind.to_string()), Ok(kind));
         }
-        for bad in ["rw", "semaphore:0", "semaphore:65", "semaphore:x"] {
+        for bad in ["rwx", "semaphore:0", "semaphore:65", "semaphore:x"] {
             assert!(parse_kind(bad).is_err(), "{bad}");
         }
     }
