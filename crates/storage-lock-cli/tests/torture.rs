@@ -105,7 +105,7 @@ fn torture_checks_fair_locks_semaphores_and_reader_writer_locks() {
 }
 
 /// `memory:` is one storage per process: the workers never exclude each other, and the
-/// register sees repeated tokens and lost updates.
+/// register sees repeated tokens and handles that did not know they were lost.
 #[test]
 fn torture_reports_violations_on_a_storage_its_workers_do_not_share() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,8 +4,11 @@
 //! storage. Under each hold a worker does a **non-atomic read-modify-write** of a counter kept by
 //! a **checked register** this command serves on loopback: it reads the name's value, waits a
 //! moment, and writes `value + 1` with the hold's fencing token. The register is fenced, as the
-//! resources the lock protects should be: it refuses a write whose token is below the highest it
-//! accepted for the name (a stale holder, fenced off: not a violation). Meanwhile this command
+//! resources the lock protects should be: it keeps the highest token it saw for the name, on a
+//! read or a write, and refuses a write whose token is below it (a stale holder, fenced off:
+//! not a violation). A fence raised by reads too is what stops a holder that was paused after
+//! its last check and writes once its successor has begun: a fence raised only by writes lets
+//! that write in whenever the successor has not written yet. Meanwhile this command
 //! hurts the workers: `kill` (SIGKILL a worker, holding or not, and start a new one), `pause`
 //! (SIGSTOP a worker for one and a half leases, then SIGCONT: it wakes up past its lease and
 //! writes as if it still held the lock), `cut` (the workers reach a network storage through
@@ -20,22 +23,30 @@
 //! machine). A hold must turn lost before any later grant of its name is in force.
 //!
 //! # What counts as a violation
-//! * **lost update**: a write with the highest token so far whose read is stale — another
-//!   holder wrote between this holder's read and its write, and fencing did not stop it: two
-//!   holds overlapped where it mattered.
 //! * **repeated token**: a write with the same token as the last accepted one — two grants of
 //!   the name carried one fencing token.
 //! * **lost hold not reported**: a handle said "not lost" after a later grant of its name had
-//!   read the register — two holds believed themselves valid at once.
+//!   read the register — two holds believed themselves valid at once; or, where that later
+//!   token was in use before this hold even began, **token went backwards**.
+//! * with `--kind rw`, when the run ends: a reader and a writer whose intervals (from the
+//!   first request to the last "not lost") overlap, and a writer whose token is not above that
+//!   of a reader that read before it.
 //!
-//! All three are exact (the third compares two readings of one clock, taken in a known order):
-//! with a storage that keeps exclusion and fencing, none can happen whatever the faults. A
-//! storage that does not — processes that do not share it (`memory:`), a store broken on
-//! purpose by `--mutate` ([`mutant`]) — shows them within seconds.
+//! All are exact (the timing ones compare readings of one clock, taken in a known order): with
+//! a storage that keeps exclusion and fencing, none can happen whatever the faults. A storage
+//! that does not — processes that do not share it (`memory:`), a store broken on purpose by
+//! `--mutate` ([`mutant`]) — shows them within seconds.
+//!
+//! There is no separate "lost update" check, because it could never fire: a holder's read
+//! raises the fence to its token, so a write that came between its read and its write either
+//! carried a higher token (and this write is fenced off) or the same one (a repeated token).
+//! Overlapping holds that matter show up as one of the violations above.
 //!
 //! # The report
 //! `--report DIR` writes the run's history (`history.jsonl`: every read, write, fault and
-//! violation with its time), the verdict (`verdict.json`) and `report.html`, a self-contained
+//! violation with its time in milliseconds on the boot clock since the run began, which the
+//! verdict's `started_unix_ms` puts on the wall clock), the verdict (`verdict.json`) and
+//! `report.html`, a self-contained
 //! timeline (one lane per worker process, holds as bars with their tokens, faults marked,
 //! violations in red) that any browser opens from the file.
 //!
@@ -518,6 +529,7 @@ fn summary(
         "storage": shown,
         "verdict": if ok { "ok" } else { "violated" },
         "seconds": args.duration.as_secs_f64(),
+        "started_unix_ms": t.started_unix_ms,
         "workers": args.workers,
         "kind": args.kind.to_string(),
         "names": args.names,

@@ -3,8 +3,10 @@
 //! stop (see the [module docs](super)).
 //!
 //! # Protocol (one line per request, one line per answer)
-//! * `R NAME TOKEN WORKER` → the name's value: the start of a hold's critical section.
-//! * `W NAME READ TOKEN WORKER CHECKED_NS LOST` → `ok`, `stale` (fenced off) or `violation`:
+//! * `R NAME TOKEN WORKER` → the name's value: the start of a hold's critical section. It
+//!   raises the name's fence to `TOKEN`.
+//! * `W NAME READ TOKEN WORKER CHECKED_NS LOST` → `ok`, `stale` (below the fence) or
+//!   `violation` (the last accepted write's token):
 //!   the hold's write of `READ + 1`; `CHECKED_NS` is the worker's boot-clock reading just
 //!   before it asked its handle whether the hold is lost, `LOST` the answer (`1` or `0`).
 //! * `S NAME TOKEN WORKER` → the name's value, and `E NAME TOKEN WORKER CHECKED_NS LOST` →
@@ -188,8 +190,10 @@ pub(super) struct Tally {
     pub(super) history: Vec<Event>,
     /// The history reached [`MAX_EVENTS`].
     pub(super) history_cut: bool,
-    /// When the run started, on the boot clock.
+    /// When the run started, on the boot clock, and on the wall clock (Unix milliseconds: the
+    /// history's times are relative to it).
     pub(super) start_ns: u64,
+    pub(super) started_unix_ms: u64,
     /// Each worker's hold in progress: name, token, shared, first request (boot clock).
     open: HashMap<u32, (String, u64, bool, u64)>,
     /// The holds that ended, with what their handles said.
@@ -214,6 +218,9 @@ impl Tally {
     pub(super) fn starting_now() -> Self {
         Self {
             start_ns: boot_ns(),
+            started_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             ..Self::default()
         }
     }
@@ -338,9 +345,14 @@ struct Cell {
     value: u64,
     /// The highest token of an accepted write (0: none yet).
     token: u64,
-    /// The first read of each token (boot-clock nanoseconds): when each grant was already in
-    /// force.
-    reads: BTreeMap<u64, u64>,
+    /// The highest token seen in a read or an accepted write: a write below it is stale.
+    fence: u64,
+    /// Who made that write, and when (boot-clock nanoseconds).
+    writer: u32,
+    written: u64,
+    /// The first read of each token (boot-clock nanoseconds) and its worker: when each grant
+    /// was already in force.
+    reads: BTreeMap<u64, (u64, u32)>,
 }
 
 /// The register's answer to one request line, seen at `now_ns`.
@@ -355,7 +367,8 @@ fn answer(cells: &mut HashMap<String, Cell>, t: &mut Tally, line: &str, now_ns: 
             let shared = *op == "S";
             t.reads += 1;
             let cell = cells.entry((*name).to_owned()).or_default();
-            cell.reads.entry(token).or_insert(now_ns);
+            cell.reads.entry(token).or_insert((now_ns, worker));
+            cell.fence = cell.fence.max(token);
             let value = cell.value;
             t.open
                 .insert(worker, ((*name).to_owned(), token, shared, now_ns));
@@ -398,6 +411,12 @@ fn answer(cells: &mut HashMap<String, Cell>, t: &mut Tally, line: &str, now_ns: 
                 return "error".to_owned();
             };
             let lost = *lost == "1";
+            // When this hold's critical section began (its read), if the register saw it.
+            let began = t
+                .open
+                .get(&worker)
+                .filter(|(n, tk, _, _)| n == name && *tk == token)
+                .map_or(now_ns, |&(_, _, _, from)| from);
             let cell = cells.entry((*name).to_owned()).or_default();
             // A later grant of the name was in force (its holder had read) before this
             // holder's handle said "not lost": two holds believed themselves valid at once.
@@ -406,27 +425,26 @@ fn answer(cells: &mut HashMap<String, Cell>, t: &mut Tally, line: &str, now_ns: 
             } else {
                 cell.reads
                     .range(token.saturating_add(1)..)
-                    .map(|(&later, &at)| (later, at))
-                    .filter(|&(_, at)| at < checked_ns)
-                    .min_by_key(|&(_, at)| at)
+                    .map(|(&later, &(at, by))| (later, at, by))
+                    .filter(|&(_, at, _)| at < checked_ns)
+                    .min_by_key(|&(_, at, _)| at)
             };
-            let outcome = if token < cell.token {
+            let outcome = if token < cell.fence {
                 Outcome::Stale
             } else if token == cell.token {
                 Outcome::Violation
             } else {
                 Outcome::Ok
             };
-            let (cell_token, cell_value) = (cell.token, cell.value);
-            match outcome {
-                Outcome::Stale => {}
-                Outcome::Violation => {}
-                Outcome::Ok => {
-                    // Keep the register consistent with the accepted write: the next checks
-                    // stay exact.
-                    cell.value = read + 1;
-                    cell.token = token;
-                }
+            let (other, other_ms) = (cell.writer, cell.written);
+            if outcome == Outcome::Ok {
+                // A write under a fence its own read raised: nothing came between (see the
+                // module docs), so `read` is the value.
+                cell.value = read + 1;
+                cell.token = token;
+                cell.fence = token;
+                cell.writer = worker;
+                cell.written = now_ns;
             }
             t.record(Event::Write {
                 ms,
@@ -437,6 +455,7 @@ fn answer(cells: &mut HashMap<String, Cell>, t: &mut Tally, line: &str, now_ns: 
                 outcome,
                 lost_reported: lost,
             });
+            let (began_ms, other_ms) = (t.ms(began), t.ms(other_ms));
             match outcome {
                 Outcome::Stale => t.fenced_off += 1,
                 Outcome::Violation => t.violation(
@@ -445,40 +464,29 @@ fn answer(cells: &mut HashMap<String, Cell>, t: &mut Tally, line: &str, now_ns: 
                     name,
                     token,
                     format!(
-                        "repeated token: worker {worker} wrote {name:?} with token {token}, the token of the last accepted write"
+                        "repeated token: worker {worker} (hold from {began_ms:.1} ms) wrote {name:?} with token {token} at {ms:.1} ms, the token of worker {other}'s accepted write at {other_ms:.1} ms"
                     ),
                 ),
-                Outcome::Ok => {
-                    t.accepted += 1;
-                    if read != cell_value {
-                        t.violation(
-                            ms,
-                            worker,
-                            name,
-                            token,
-                            format!(
-                                "lost update: worker {worker} (token {token}) read {name:?} = {read}, but a write with token {cell_token} made it {cell_value} before this write"
-                            ),
-                        );
-                    }
-                }
+                Outcome::Ok => t.accepted += 1,
             }
             if lost {
                 t.lost_reported += 1;
             }
             t.close(worker, name, token, checked_ns, !lost);
-            if let Some((later, at)) = unreported {
-                let at = t.ms(at);
-                let checked = t.ms(checked_ns);
-                t.violation(
-                    ms,
-                    worker,
-                    name,
-                    token,
+            if let Some((later, at, by)) = unreported {
+                let (at_ms, checked) = (t.ms(at), t.ms(checked_ns));
+                let what = if at < began {
+                    // The later token was in use before this hold even began: the grants'
+                    // tokens went down.
                     format!(
-                        "lost hold not reported: worker {worker}'s handle (token {token}) of {name:?} said it still held at {checked:.1} ms, but token {later} was granted and in use at {at:.1} ms"
-                    ),
-                );
+                        "token went backwards: worker {worker} was granted {name:?} with token {token} (hold from {began_ms:.1} ms) after worker {by} held it with token {later} at {at_ms:.1} ms"
+                    )
+                } else {
+                    format!(
+                        "lost hold not reported: worker {worker}'s handle (token {token}, hold from {began_ms:.1} ms) of {name:?} said it still held at {checked:.1} ms, but worker {by} held it with token {later} from {at_ms:.1} ms"
+                    )
+                };
+                t.violation(ms, worker, name, token, what);
             }
             outcome.name().to_owned()
         }
@@ -528,24 +536,30 @@ mod tests {
     #[test]
     fn the_register_fences_stale_writes_and_reports_what_fencing_missed() {
         let (mut cells, mut t) = (HashMap::new(), Tally::default());
-        let mut at = 0;
-        let mut ask = |cells: &mut HashMap<String, Cell>, t: &mut Tally, line: &str| {
-            at += 1_000;
-            answer(cells, t, line, at)
-        };
-        assert_eq!(ask(&mut cells, &mut t, "R a 5 1"), "0");
-        assert_eq!(ask(&mut cells, &mut t, "W a 0 5 1 1500 0"), "ok");
-        // A stale holder (lower token) that knows it lost its hold is refused: fencing did
-        // its job, nothing to report.
-        assert_eq!(ask(&mut cells, &mut t, "W a 0 4 2 3500 1"), "stale");
+        assert_eq!(answer(&mut cells, &mut t, "R a 5 1", 1_000), "0");
+        assert_eq!(answer(&mut cells, &mut t, "W a 0 5 1 1500 0", 1_600), "ok");
+        // Worker 2 (token 6) reads and checks its handle; paused, it writes only after worker 3
+        // (token 7) has read: the read raised the fence, so the late write is fenced off, and
+        // worker 3's write is not lost. Nothing to report: the handle said "not lost" before
+        // token 7 was in use.
+        assert_eq!(answer(&mut cells, &mut t, "R a 6 2", 2_000), "1");
+        assert_eq!(answer(&mut cells, &mut t, "R a 7 3", 4_000), "1");
+        assert_eq!(
+            answer(&mut cells, &mut t, "W a 1 6 2 2500 0", 4_500),
+            "stale"
+        );
+        assert_eq!(answer(&mut cells, &mut t, "W a 1 7 3 4800 0", 5_000), "ok");
         assert!(t.violations.is_empty(), "{:?}", t.violations);
         // The same token twice: two grants with one token.
-        assert_eq!(ask(&mut cells, &mut t, "W a 1 5 3 4500 0"), "violation");
-        // A higher token whose read is stale: two holds overlapped unfenced.
-        assert_eq!(ask(&mut cells, &mut t, "W a 0 6 4 5500 0"), "ok");
-        assert_eq!(t.violations.len(), 2, "{:?}", t.violations);
+        assert_eq!(answer(&mut cells, &mut t, "R a 7 4", 6_000), "2");
+        assert_eq!(
+            answer(&mut cells, &mut t, "W a 2 7 4 6500 0", 7_000),
+            "violation"
+        );
+        assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
+        assert!(t.violations[0].starts_with("repeated token: worker 4"));
         assert_eq!((t.accepted, t.fenced_off), (2, 1));
-        assert_eq!(ask(&mut cells, &mut t, "nonsense"), "error");
+        assert_eq!(answer(&mut cells, &mut t, "nonsense", 8_000), "error");
     }
 
     #[test]
@@ -586,27 +600,41 @@ mod tests {
     fn a_handle_that_says_held_after_a_later_grant_read_is_a_violation() {
         let (mut cells, mut t) = (HashMap::new(), Tally::default());
         assert_eq!(answer(&mut cells, &mut t, "R a 7 1", 1_000), "0");
-        // Token 8 was granted and read at 2000.
+        // Token 8 was granted and read at 2000, while token 7's handle still said "not lost"
+        // at 2500: two holds believed themselves valid at once.
         assert_eq!(answer(&mut cells, &mut t, "R a 8 2", 2_000), "0");
-        // Token 7's handle said "not lost" at 1900, before the later read: no violation
-        // (its write is fenced off once 8 writes, or accepted before).
-        assert_eq!(answer(&mut cells, &mut t, "W a 0 7 1 1900 0", 3_000), "ok");
-        assert!(t.violations.is_empty(), "{:?}", t.violations);
-        assert_eq!(answer(&mut cells, &mut t, "W a 1 8 2 3500 0", 4_000), "ok");
-        // Token 7 again, said "not lost" at 2500, after token 8 was in use: a violation.
-        assert_eq!(answer(&mut cells, &mut t, "R a 7 1", 4_500), "2");
         assert_eq!(
-            answer(&mut cells, &mut t, "W a 2 7 1 2500 0", 5_000),
+            answer(&mut cells, &mut t, "W a 0 7 1 2500 0", 3_000),
             "stale"
         );
         assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
-        assert!(t.violations[0].starts_with("lost hold not reported"));
-        // Said "lost": fenced off, nothing to report.
+        assert!(
+            t.violations[0].starts_with("lost hold not reported: worker 1"),
+            "{:?}",
+            t.violations
+        );
+        // Token 8's own write: no later grant, nothing to report.
+        assert_eq!(answer(&mut cells, &mut t, "W a 1 8 2 1900 0", 4_000), "ok");
+        assert_eq!(t.violations.len(), 1, "{:?}", t.violations);
+        // Token 6 granted after token 8 was in use: the tokens went backwards.
+        assert_eq!(answer(&mut cells, &mut t, "R a 6 3", 5_000), "2");
         assert_eq!(
-            answer(&mut cells, &mut t, "W a 2 7 1 6000 1", 6_000),
+            answer(&mut cells, &mut t, "W a 2 6 3 5500 0", 6_000),
             "stale"
         );
-        assert_eq!(t.violations.len(), 1);
+        assert_eq!(t.violations.len(), 2, "{:?}", t.violations);
+        assert!(
+            t.violations[1].starts_with("token went backwards: worker 3"),
+            "{:?}",
+            t.violations
+        );
+        // Said "lost": fenced off, nothing to report.
+        assert_eq!(answer(&mut cells, &mut t, "R a 6 4", 6_500), "2");
+        assert_eq!(
+            answer(&mut cells, &mut t, "W a 2 6 4 7000 1", 7_000),
+            "stale"
+        );
+        assert_eq!(t.violations.len(), 2);
         assert_eq!(t.lost_reported, 1);
     }
 }
