@@ -339,15 +339,9 @@ impl NatsStorageBuilder {
         js.set_timeout(self.timeout);
         // A lookup while another client creates the bucket can go unanswered (see `led`): ask
         // again rather than wait out the whole request timeout.
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let found = loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match tokio::time::timeout(PROBE.min(left), js.get_key_value(&self.bucket)).await {
-                Ok(found) => break found.ok(),
-                Err(_) if left > PROBE => {}
-                Err(_) => break None,
-            }
-        };
+        let found = asking_again(self.timeout, || js.get_key_value(&self.bucket))
+            .await
+            .and_then(Result::ok);
         let store = match found {
             Some(store) => store,
             None => js
@@ -466,28 +460,21 @@ impl NatsStorage {
     /// whole 10 s timeout). Asking again is safe because it only reads.
     async fn last(&self, key: &str) -> Result<Option<StreamMessage>, StorageError> {
         let subject = format!("{}{}", self.store.prefix, self.full(key));
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let asked = self.store.stream.get_last_raw_message_by_subject(&subject);
-            match tokio::time::timeout(PROBE.min(left), asked).await {
-                Ok(Ok(m)) => return Ok(Some(m)),
-                Ok(Err(e)) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => {
-                    return Ok(None);
-                }
-                Ok(Err(e)) => return Err(StorageError::backend(NAME, "get", e)),
-                Err(_) if left > PROBE => {}
-                Err(_) => {
-                    return Err(StorageError::backend(
-                        NAME,
-                        "get",
-                        std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!("no answer within {:?}", self.timeout),
-                        ),
-                    ));
-                }
-            }
+        let asked = asking_again(self.timeout, || {
+            self.store.stream.get_last_raw_message_by_subject(&subject)
+        });
+        match asked.await {
+            Some(Ok(m)) => Ok(Some(m)),
+            Some(Err(e)) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => Ok(None),
+            Some(Err(e)) => Err(StorageError::backend(NAME, "get", e)),
+            None => Err(StorageError::backend(
+                NAME,
+                "get",
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", self.timeout),
+                ),
+            )),
         }
     }
 }
@@ -544,8 +531,27 @@ fn settling(e: &async_nats::jetstream::context::RequestError) -> bool {
     }
 }
 
-/// How long [`led`] waits for one answer before it asks again.
+/// How long [`led`] and [`asking_again`] wait for one answer before they ask again.
 const PROBE: Duration = Duration::from_secs(1);
+
+/// The answer to the first of `ask`'s requests that is answered within [`PROBE`]: a request
+/// that goes unanswered is made again, all within `timeout` (`None`: nothing answered). Only
+/// for requests that are safe to repeat (reads, a lookup).
+async fn asking_again<T, Ask, Fut>(timeout: Duration, mut ask: Ask) -> Option<T>
+where
+    Ask: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(PROBE.min(left), ask()).await {
+            Ok(answer) => return Some(answer),
+            Err(_) if left > PROBE => {}
+            Err(_) => return None,
+        }
+    }
+}
 
 /// Whether a KV message holds a value (not a delete or purge marker).
 fn is_value(m: &StreamMessage) -> bool {

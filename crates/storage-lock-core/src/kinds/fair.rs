@@ -124,6 +124,9 @@ pub struct FairLock<S: Storage + ?Sized = dyn Storage> {
     name: String,
     tickets: String,
     places: Vec<String>,
+    /// The storage keys of `tickets` and of `places`, in order: read on every look at the queue.
+    tickets_key: String,
+    place_keys: Vec<String>,
 }
 
 impl<S: Storage + ?Sized> Clone for FairLock<S> {
@@ -133,6 +136,8 @@ impl<S: Storage + ?Sized> Clone for FairLock<S> {
             name: self.name.clone(),
             tickets: self.tickets.clone(),
             places: self.places.clone(),
+            tickets_key: self.tickets_key.clone(),
+            place_keys: self.place_keys.clone(),
         }
     }
 }
@@ -177,16 +182,19 @@ impl<S: Storage + ?Sized> FairLock<S> {
         }
         locks.key_for(name)?;
         let tickets = tickets_name(name);
-        locks.key_for(&tickets)?;
+        let tickets_key = locks.key_for(&tickets)?.into_owned();
         let places: Vec<String> = (0..max_waiters).map(|i| place_name(name, i)).collect();
-        for place in &places {
-            locks.key_for(place)?;
-        }
+        let place_keys = places
+            .iter()
+            .map(|p| locks.key_for(p).map(std::borrow::Cow::into_owned))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             locks: locks.clone(),
             name: name.to_owned(),
             tickets,
             places,
+            tickets_key,
+            place_keys,
         })
     }
 
@@ -243,21 +251,15 @@ impl<S: Storage + ?Sized> FairLock<S> {
             };
             let Some(dispenser) = self
                 .locks
-                .try_acquire(&self.tickets, &brief(options, wait))
+                .try_acquire(&self.tickets, &super::brief(options, wait))
                 .await?
             else {
                 return Ok(None);
             };
             let ticket = dispenser.fencing_token();
             let place = &self.places[self.index(ticket)];
-            let mut keep = options.clone().wait(Wait::Never);
+            let mut keep = super::kept_while_waiting(options).wait(Wait::Never);
             keep.note = Some(ticket_note(ticket));
-            keep.watch_loss = Some(false);
-            // A waiter that runs keeps its place however long it waits; a dead one loses it
-            // when its lease ends.
-            if keep.auto_renew.is_none() && !(keep.lease / 3).is_zero() {
-                keep.auto_renew = Some(keep.lease / 3);
-            }
             let taken = self.locks.try_acquire(place, &keep).await;
             let _ = dispenser.release().await;
             if let Some(held) = taken? {
@@ -268,11 +270,8 @@ impl<S: Storage + ?Sized> FairLock<S> {
             let Some(wait) = budget.remaining() else {
                 return Ok(None);
             };
-            match self.locks.try_acquire(place, &brief(options, wait)).await? {
-                Some(probe) => {
-                    let _ = probe.release().await;
-                }
-                None => return Ok(None),
+            if !super::wait_until_free(&self.locks, place, options, wait).await? {
+                return Ok(None);
             }
         }
     }
@@ -289,14 +288,11 @@ impl<S: Storage + ?Sized> FairLock<S> {
                 return Ok(None);
             };
             match self.queued_below(ticket).await? {
-                // The waiter ahead: wait until its place is given up (or lapses), by taking it
-                // and giving it back at once, then look again.
+                // The waiter ahead: wait until its place is given up (or lapses), then look
+                // again.
                 Some((_, place)) => {
-                    match self.locks.try_acquire(place, &brief(options, wait)).await? {
-                        Some(probe) => {
-                            let _ = probe.release().await;
-                        }
-                        None => return Ok(None),
+                    if !super::wait_until_free(&self.locks, place, options, wait).await? {
+                        return Ok(None);
                     }
                 }
                 None => {
@@ -312,22 +308,18 @@ impl<S: Storage + ?Sized> FairLock<S> {
     /// Whether nobody waits: no place is held by a waiter, and nobody is taking a ticket (a
     /// waiter between its ticket and its place arrived before us).
     async fn queue_is_empty(&self) -> Result<bool, LockError> {
-        let key = self.locks.key_for(&self.tickets)?;
-        let (joining, queued) =
-            futures_util::future::join(self.locks.storage().get(&key), self.queued_below(u64::MAX))
-                .await;
+        let (joining, queued) = futures_util::future::join(
+            self.locks.storage().get(&self.tickets_key),
+            self.queued_below(u64::MAX),
+        )
+        .await;
         Ok(queued?.is_none() && joining?.is_none_or(|d| d.record.count == 0))
     }
 
     /// The queued waiter with the highest ticket below `below`, and its place's name.
     async fn queued_below(&self, below: u64) -> Result<Option<(u64, &str)>, LockError> {
         let storage = self.locks.storage();
-        let keys = self
-            .places
-            .iter()
-            .map(|p| self.locks.key_for(p).map(std::borrow::Cow::into_owned))
-            .collect::<Result<Vec<_>, _>>()?;
-        let seen = join_all(keys.iter().map(|k| storage.get(k))).await;
+        let seen = join_all(self.place_keys.iter().map(|k| storage.get(k))).await;
         let mut ahead: Option<(u64, &str)> = None;
         for (place, seen) in self.places.iter().zip(seen) {
             let Some(ticket) = seen?.as_ref().and_then(ticket_of) else {
@@ -344,14 +336,4 @@ impl<S: Storage + ?Sized> FairLock<S> {
         // The remainder is below the number of places, which is a `usize`.
         usize::try_from(ticket % self.places.len() as u64).unwrap_or(0)
     }
-}
-
-/// `options` for a hold given back at once (the dispenser, a probe of a place): no renewal, no
-/// watch, no note.
-fn brief(options: &AcquireOptions, wait: Wait) -> AcquireOptions {
-    let mut brief = options.clone().wait(wait);
-    brief.auto_renew = None;
-    brief.watch_loss = Some(false);
-    brief.note = None;
-    brief
 }

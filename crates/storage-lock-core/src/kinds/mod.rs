@@ -63,7 +63,9 @@
 
 use tokio::time::Instant;
 
-use crate::contract::Wait;
+use crate::contract::{AcquireOptions, LockError, Wait};
+use crate::engine::StorageLock;
+use crate::storage::Storage;
 
 mod election;
 mod fair;
@@ -94,6 +96,51 @@ fn primitives_for<'a, S: crate::storage::Storage + ?Sized>(
             backend: storage.name().to_owned(),
             operation,
         })
+}
+
+/// `options` for a hold given back at once (a fair lock's dispenser, a reader passing an RW
+/// lock's gate, a probe): no renewal, no loss watch, no note.
+fn brief(options: &AcquireOptions, wait: Wait) -> AcquireOptions {
+    let mut brief = options.clone().wait(wait);
+    brief.auto_renew = None;
+    brief.watch_loss = Some(false);
+    brief.note = None;
+    brief
+}
+
+/// `options` for a hold kept while its owner waits for something else (a fair lock's queue
+/// place, an RW lock's FIFO turn): no note, no loss watch, and renewed, at `auto_renew` or else
+/// a third of the lease, so a waiter that runs keeps it however long it waits and a dead one
+/// loses it when its lease ends.
+fn kept_while_waiting(options: &AcquireOptions) -> AcquireOptions {
+    let mut keep = options.clone();
+    keep.note = None;
+    keep.watch_loss = Some(false);
+    if keep.auto_renew.is_none() && !(keep.lease / 3).is_zero() {
+        keep.auto_renew = Some(keep.lease / 3);
+    }
+    keep
+}
+
+/// Waits, within `wait`, until `name` is free — given up, or lapsed with its lease — by taking
+/// it and giving it back at once: `false` when the wait ran out first. A failed release leaves
+/// the brief hold to lapse with its lease.
+///
+/// # Errors
+/// As [`StorageLock::try_acquire`].
+async fn wait_until_free<S: Storage + ?Sized>(
+    locks: &StorageLock<S>,
+    name: &str,
+    options: &AcquireOptions,
+    wait: Wait,
+) -> Result<bool, LockError> {
+    match locks.try_acquire(name, &brief(options, wait)).await? {
+        Some(probe) => {
+            let _ = probe.release().await;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
 }
 
 /// What is left of an acquisition's wait budget across the passes of a kind's loop (each pass

@@ -224,13 +224,7 @@ impl<S: Storage + ?Sized> RwLock<S> {
             return Ok(Some((None, options.clone())));
         };
         let budget = super::Budget::new(options.wait);
-        let mut turn_options = options.clone();
-        turn_options.note = None;
-        turn_options.watch_loss = Some(false);
-        if turn_options.auto_renew.is_none() && !(turn_options.lease / 3).is_zero() {
-            turn_options.auto_renew = Some(turn_options.lease / 3);
-        }
-        let Some(turn) = order.acquire(&turn_options).await? else {
+        let Some(turn) = order.acquire(&super::kept_while_waiting(options)).await? else {
             return Ok(None);
         };
         // A wait that ran out in the queue still gets one try at the front.
@@ -305,7 +299,7 @@ impl<S: Storage + ?Sized> RwLock<S> {
             // the slot to lapse at its lease's end.
             let _ = permit.release().await;
             let gate_wait = budget.remaining().unwrap_or(Wait::Never);
-            let gate_options = brief(options, gate_wait);
+            let gate_options = super::brief(options, gate_wait);
             let Some(gate) = self.locks.try_acquire(&self.name, &gate_options).await? else {
                 return Ok(None);
             };
@@ -392,12 +386,8 @@ impl<S: Storage + ?Sized> RwLock<S> {
                 continue;
             }
             let wait = budget.remaining().unwrap_or(Wait::Never);
-            let probe = brief(options, wait);
-            match self.locks.try_acquire(slot, &probe).await? {
-                Some(taken) => {
-                    let _ = taken.release().await;
-                }
-                None => return Ok(false),
+            if !super::wait_until_free(&self.locks, slot, options, wait).await? {
+                return Ok(false);
             }
         }
         Ok(true)
@@ -410,15 +400,6 @@ async fn give_back(turn: Option<LockHandle>) {
     if let Some(turn) = turn {
         let _ = turn.release().await;
     }
-}
-
-/// `options` for a hold given back at once (a reader passing the gate, a writer waiting for a
-/// reader slot): no renewal, no watch.
-fn brief(options: &AcquireOptions, wait: Wait) -> AcquireOptions {
-    let mut brief = options.clone().wait(wait);
-    brief.auto_renew = None;
-    brief.watch_loss = Some(false);
-    brief
 }
 
 /// A read hold of an [`RwLock`]: one of its reader slots. Dropping it releases in the
