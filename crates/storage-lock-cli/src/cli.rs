@@ -255,8 +255,8 @@ pub struct RunArgs {
     #[arg(short = 'x', long)]
     pub exclusive: bool,
     /// Shared lock (like flock -s): shared runs of NAME run together (16 at most), never with
-    /// an exclusive one; a waiting exclusive run keeps new shared runs out. Needs a storage
-    /// with compare-and-set (not a lock server's URL).
+    /// an exclusive one; a waiting exclusive run keeps new shared runs out. Through a lock
+    /// server's URL too.
     #[arg(short = 's', long, conflicts_with = "exclusive")]
     pub shared: bool,
     /// Run this command string with `sh -c` (like `flock -c`) instead of CMD.

@@ -383,22 +383,24 @@ enum Mode {
     /// The default and `-x`: the writer of the name's reader-writer lock ([`RwLock::write`]):
     /// it waits for shared runs, and shared runs wait for it.
     Exclusive,
-    /// The default and `-x` on a storage without compare-and-set primitives (a lock server's
-    /// URL), and `elect`: the exclusive lock of the name, the reader-writer lock's gate. No
-    /// shared run can be made through such a storage; one made directly on the storage behind
-    /// the server is not waited for.
+    /// `elect`, and the default and `-x` on a storage that cannot keep a reader-writer lock's
+    /// limit record (none of the CLI's: every one has compare-and-set primitives, or is a lock
+    /// server's URL whose server keeps it): the exclusive lock of the name, the reader-writer
+    /// lock's gate.
     Plain,
 }
 
 impl Mode {
     /// The mode `args` ask for, on `opened`'s storage.
     fn of(args: &RunArgs, opened: &storage::Opened) -> Result<Self, Failure> {
-        let primitives = opened.storage.primitives().is_some();
-        match (args.shared, primitives) {
+        // Through a lock server's URL too: its server keeps the readers' limit record.
+        let rw =
+            opened.storage.primitives().is_some() || opened.storage.delegated_admin().is_some();
+        match (args.shared, rw) {
             (true, true) => Ok(Self::Shared),
             (true, false) => Err(Failure::usage(format!(
-                "shared (-s) runs need a storage with compare-and-set (SQL, Redis, etcd, NATS, \
-                 S3); {} has none (a lock server's URL): use the storage behind it",
+                "shared (-s) runs need a storage that keeps a reader-writer lock's limit \
+                 record; {} cannot",
                 opened.shown
             ))),
             (false, true) => Ok(Self::Exclusive),

@@ -232,13 +232,19 @@ fn sigterm_reaches_the_command_and_the_lock_is_released() {
 
 /// `run -s` and `run -x` on one name behave as `flock -s` and `flock -x` on one file: shared
 /// runs run together, an exclusive one never beside them, and a waiting exclusive run keeps new
-/// shared runs out (writer-preferring). Every step waits on a file a command wrote or on the
-/// storage's state, never on time.
+/// shared runs out (writer-preferring); on every storage, and through a lock server. Every step
+/// waits on a file a command wrote or on the storage's state, never on time.
 #[test]
 fn shared_runs_run_together_and_never_beside_an_exclusive_one() {
     const LIMIT: Duration = Duration::from_secs(60);
     let dir = tempfile::tempdir().unwrap();
-    for (i, url) in urls(dir.path()).into_iter().enumerate() {
+    let served = support::Served::start(
+        &format!("sqlite://{}", dir.path().join("served.db").display()),
+        &[],
+    );
+    let mut all = urls(dir.path());
+    all.push(served.url.clone());
+    for (i, url) in all.into_iter().enumerate() {
         let dir = &support::Scratch::new(dir.path(), i);
         let d = dir.path();
         let name = unique("rw");

@@ -56,7 +56,8 @@ use storage_lock_core::{
 };
 use storage_lock_wire::{
     AcquireBody, ErrorBody, ForceReleaseBody, ForceReleased, Hold, HolderBody, LockInfo, LockList,
-    LockState, ReleaseBody, Released, RenewBody, Renewed, StorageInfo, SweepBody, Swept, millis,
+    LockState, ReleaseBody, Released, RenewBody, Renewed, SemaphoreLimit, SemaphoreLimitBody,
+    StorageInfo, SweepBody, Swept, millis,
 };
 
 /// The environment variable the bearer token is read from when the URL has no `token=`.
@@ -660,8 +661,9 @@ impl Storage for RemoteStorage {
 /// How long a sweep through the server may take (it deletes page by page).
 const SWEEP_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The admin operations run by the server (`POST /v1/locks/{name}/force-release`,
-/// `POST /v1/sweep`, `GET /v1/storage`); they need a token with the `admin` grant.
+/// The operations run by the server: the admin ones (`POST /v1/locks/{name}/force-release`,
+/// `POST /v1/sweep`, `GET /v1/storage`), which need a token with the `admin` grant, and a
+/// semaphore's limit record (`/v1/locks/{name}/semaphore-limit`), which needs `lock`.
 #[async_trait]
 impl DelegatedAdmin for RemoteStorage {
     fn backend(&self) -> &str {
@@ -722,5 +724,30 @@ impl DelegatedAdmin for RemoteStorage {
 
     async fn fencing_floor(&self) -> Result<u64, StorageError> {
         self.read_floor("fencing_floor").await
+    }
+
+    /// `GET` / `PUT /v1/locks/{name}/semaphore-limit`: the server keeps the record on its
+    /// storage (needs `lock` on the name, as taking a permit does).
+    async fn semaphore_limit(
+        &self,
+        key: &str,
+        permits: Option<u64>,
+    ) -> Result<Option<u64>, StorageError> {
+        let path = Self::lock_path(key, "/semaphore-limit");
+        let limit: SemaphoreLimit = match permits {
+            None => {
+                self.call(Method::GET, &path, NO_BODY, REQUEST_TIMEOUT)
+                    .await
+            }
+            Some(permits) => {
+                let body = SemaphoreLimitBody {
+                    permits: u32::try_from(permits).unwrap_or(u32::MAX),
+                };
+                self.call(Method::PUT, &path, Some(&body), REQUEST_TIMEOUT)
+                    .await
+            }
+        }
+        .map_err(|f| self.fail(f, "semaphore_limit"))?;
+        Ok(limit.permits)
     }
 }

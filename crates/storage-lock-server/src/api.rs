@@ -18,7 +18,8 @@ use axum::response::{IntoResponse, Response};
 use storage_lock_wire::{
     AcquireBody, ErrorBody, EventsQuery, ForceReleaseBody, ForceReleased, GetQuery, Hold,
     ListQuery, LockEventInfo, LockEvents, LockInfo, LockList, ReleaseBody, Released, RenewBody,
-    Renewed, StorageInfo, SweepBody, Swept, WhileState, millis, rfc3339,
+    Renewed, SemaphoreLimit, SemaphoreLimitBody, StorageInfo, SweepBody, Swept, WhileState, millis,
+    rfc3339,
 };
 
 use crate::error::{ErrorKind, ServiceError};
@@ -195,6 +196,52 @@ pub(crate) async fn release(
         released: fencing_token.is_some(),
         fencing_token,
     }))
+}
+
+/// The stored number of permits of the semaphore `name` (absent: none stored yet). A
+/// semaphore's or a reader-writer lock's client reads it to check that it agrees.
+#[utoipa::path(
+    get, path = "/v1/locks/{name}/semaphore-limit", tag = "kinds",
+    params(("name" = String, Path, description = "The semaphore's name (`/` as `%2F`)")),
+    responses(
+        (status = 200, body = SemaphoreLimit),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn semaphore_limit(
+    State(svc): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<SemaphoreLimit>, ServiceError> {
+    let name = path_name(path)?;
+    let permits = svc.semaphore_limit(&caller, &name, None).await?;
+    Ok(Json(SemaphoreLimit { permits }))
+}
+
+/// Write the number of permits of the semaphore `name` unless one is stored, and answer the
+/// stored one: the first party of a name decides, every later one must agree (a client whose
+/// number differs refuses to take a permit). Safe to retry.
+#[utoipa::path(
+    put, path = "/v1/locks/{name}/semaphore-limit", tag = "kinds",
+    params(("name" = String, Path, description = "The semaphore's name (`/` as `%2F`)")),
+    request_body = SemaphoreLimitBody,
+    responses(
+        (status = 200, body = SemaphoreLimit),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn set_semaphore_limit(
+    State(svc): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+    JsonBody(b): JsonBody<SemaphoreLimitBody>,
+) -> Result<Json<SemaphoreLimit>, ServiceError> {
+    let name = path_name(path)?;
+    let permits = svc.semaphore_limit(&caller, &name, Some(b.permits)).await?;
+    Ok(Json(SemaphoreLimit { permits }))
 }
 
 /// Admin: free a lock whoever holds it. The fencing token still moves forward (the next hold's

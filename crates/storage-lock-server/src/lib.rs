@@ -113,6 +113,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
     tags(
         (name = "locks", description = "Acquire, renew, release and read locks"),
         (name = "admin", description = "Operator actions"),
+        (name = "kinds", description = "What the lock kinds (semaphores, reader-writer locks) keep beside their holds"),
     ),
     components(schemas(storage_lock_wire::WhileState)),
     modifiers(&BearerAuth),
@@ -217,6 +218,7 @@ impl Server {
             .routes(routes!(api::renew))
             .routes(routes!(api::release))
             .routes(routes!(api::force_release))
+            .routes(routes!(api::semaphore_limit, api::set_semaphore_limit))
             .routes(routes!(api::sweep))
             .routes(routes!(api::list))
             .routes(routes!(api::get))

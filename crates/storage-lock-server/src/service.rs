@@ -15,7 +15,9 @@ use storage_lock_core::{
     AcquireOptions, ChangeWait, HoldGone, HolderInfo, LockRecord, OwnerId, PageRequest, Storage,
     StorageExt, StorageLock, Stored, SweepReport, Timestamp, Version, Wait,
 };
-use storage_lock_wire::{LockState, MAX_HOST_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES, MAX_PAGE};
+use storage_lock_wire::{
+    LockState, MAX_HOST_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES, MAX_PAGE, MAX_PERMITS,
+};
 
 use crate::auth::{AuthHandle, Permission, Principal};
 use crate::error::{ErrorKind, ServiceError};
@@ -430,6 +432,33 @@ impl LockService {
         self.locks.key_for(name)?;
         caller.require(self, name, Permission::Lock)?;
         Ok(self.locks.release_as(name, owner).await?)
+    }
+
+    /// The limit record of the semaphore `name`: the stored number of permits, written first
+    /// as `permits` if none is stored and `permits` is given (see
+    /// [`StorageExt::semaphore_limit`]). Needs `lock` on the name: it is part of taking a
+    /// permit.
+    pub(crate) async fn semaphore_limit(
+        &self,
+        caller: &Caller,
+        name: &str,
+        permits: Option<u32>,
+    ) -> Result<Option<u64>, ServiceError> {
+        let key = self.locks.key_for(name)?;
+        caller.require(self, name, Permission::Lock)?;
+        if let Some(p) = permits
+            && !(1..=MAX_PERMITS).contains(&p)
+        {
+            return Err(ServiceError::bad_request(
+                "invalid_permits",
+                format!("permits must be 1..={MAX_PERMITS}, got {p}"),
+            ));
+        }
+        Ok(self
+            .locks
+            .storage()
+            .semaphore_limit(&key, permits.map(u64::from))
+            .await?)
     }
 
     /// Admin: ends the hold of `name` whoever holds it (only the one with `expected`'s token

@@ -210,8 +210,6 @@ macro_rules! __cases {
                 fair_lock_a_dead_waiter_loses_its_place_with_its_lease,
                 fair_lock_dropped_acquisitions_leave_nothing_held,
                 fair_lock_bad_input_is_refused,
-            ];
-            kinds_local: [
                 semaphore_admits_at_most_its_permits,
                 semaphore_permit_of_a_crashed_holder_comes_back,
                 semaphore_with_another_limit_is_refused,
@@ -223,6 +221,8 @@ macro_rules! __cases {
                 rwlock_dropped_acquisitions_leave_nothing_held,
                 rwlock_bad_input_and_another_max_readers_are_refused,
                 rwlock_fifo_serves_readers_and_writers_in_arrival_order,
+            ];
+            kinds_local: [
                 election_a_cut_off_leader_loses_before_the_seat_is_vacant,
             ];
         }

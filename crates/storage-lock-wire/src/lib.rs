@@ -552,6 +552,32 @@ pub struct LockEvents {
     pub missed: u64,
 }
 
+/// `PUT /v1/locks/{name}/semaphore-limit`: the number of permits of the semaphore `name`
+/// (a reader-writer lock's readers are the semaphore `NAME/readers`), written if none is
+/// stored yet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SemaphoreLimitBody {
+    /// 1 to [`MAX_PERMITS`].
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1024))]
+    pub permits: u32,
+}
+
+/// The stored number of permits of a semaphore (`GET` and `PUT
+/// /v1/locks/{name}/semaphore-limit`): every party of the name must use it. Absent when none is
+/// stored (no permit of the name was ever taken).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct SemaphoreLimit {
+    /// The stored number of permits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u64>,
+}
+
+/// The most permits a semaphore has (the engine's).
+pub const MAX_PERMITS: u32 = storage_lock_core::kinds::MAX_PERMITS;
+
 /// `POST /v1/sweep` (admin).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

@@ -18,7 +18,9 @@
 //! lease on the storage's clock, its local deadline, fail-closed renewal (auto-renew included),
 //! release on drop and its own fencing token. Nothing new is written to the storage except a
 //! semaphore's limit record, so every backend (and its one-round-trip overrides, batched
-//! renewals, listings, force-release and sweeps) serves them unchanged.
+//! renewals, listings, force-release and sweeps) serves them unchanged. A lock server's client,
+//! which has no primitives, has its server keep the limit record
+//! ([`crate::StorageExt::semaphore_limit`]), so every kind also works through a lock server.
 //!
 //! * **No deadlock, whatever order callers pass the names in.** [`acquire_all`] sorts the names
 //!   and never waits while it holds anything: it tries every name without waiting; on the first
@@ -83,19 +85,20 @@ pub use semaphore::{
     MAX_PERMITS, Permit, Permits, RESCAN, Semaphore, WATCHED_SLOTS, limit_key, slot_name,
 };
 
-/// The storage's compare-and-set primitives, which `operation` needs (a semaphore's limit
-/// record): [`crate::StorageError::Unsupported`] on a storage without them (a lock server's
-/// client).
-fn primitives_for<'a, S: crate::storage::Storage + ?Sized>(
-    storage: &'a S,
+/// Whether `storage` can keep a semaphore's limit record ([`crate::StorageExt::semaphore_limit`]):
+/// on its compare-and-set primitives, or through its delegate (a lock server's client, whose
+/// server keeps it); [`crate::StorageError::Unsupported`], for `operation`, otherwise.
+fn keeps_limits<S: crate::storage::Storage + ?Sized>(
+    storage: &S,
     operation: &'static str,
-) -> Result<&'a dyn crate::storage::Primitives, crate::StorageError> {
-    storage
-        .primitives()
-        .ok_or_else(|| crate::StorageError::Unsupported {
-            backend: storage.name().to_owned(),
-            operation,
-        })
+) -> Result<(), crate::StorageError> {
+    if storage.primitives().is_some() || storage.delegated_admin().is_some() {
+        return Ok(());
+    }
+    Err(crate::StorageError::Unsupported {
+        backend: storage.name().to_owned(),
+        operation,
+    })
 }
 
 /// `options` for a hold given back at once (a fair lock's dispenser, a reader passing an RW

@@ -90,8 +90,9 @@ pub fn order_name(name: &str) -> String {
 /// out until it writes. It costs a fair lock's acquisition and release per entry.
 ///
 /// # Limits
-/// * Needs a storage with compare-and-set primitives (for the reader slots' limit record): not
-///   a lock server's client.
+/// * Needs a storage that keeps the reader slots' limit record
+///   ([`crate::StorageExt::semaphore_limit`]): one with compare-and-set primitives, or a lock
+///   server's client (the server keeps it).
 /// * Without [`RwLock::fifo`], writers are served before new readers, but neither writers nor
 ///   readers are served in arrival order among themselves.
 /// * A try ([`Wait::Never`]) may find the lock busy while another reader passes the gate.
@@ -205,7 +206,7 @@ impl<S: Storage + ?Sized> RwLock<S> {
 
     /// Refuses, before any storage call, a storage that cannot keep the readers' limit record.
     fn check_storage(&self) -> Result<(), LockError> {
-        super::primitives_for(
+        super::keeps_limits(
             &**self.locks.storage(),
             "reader-writer lock (its readers keep their limit with compare-and-set)",
         )?;
@@ -250,8 +251,8 @@ impl<S: Storage + ?Sized> RwLock<S> {
     /// * [`LockError::InvalidOptions`] before any storage call;
     /// * [`LockError::SemaphoreLimitMismatch`]: the name's readers were set up with another
     ///   `max_readers`;
-    /// * [`LockError::Storage`] with [`crate::StorageError::Unsupported`] on a storage without
-    ///   compare-and-set primitives;
+    /// * [`LockError::Storage`] with [`crate::StorageError::Unsupported`] on a storage that
+    ///   cannot keep the readers' limit record (neither primitives nor a delegate);
     /// * as [`crate::DistributedLock::try_acquire`] otherwise; nothing is left held.
     ///
     /// # Cancel safety

@@ -13,7 +13,7 @@ use crate::contract::{AcquireOptions, LockError, Wait};
 use crate::engine::StorageLock;
 use crate::hold::LockHandle;
 use crate::storage::ops::RESERVED_KEY_PREFIX;
-use crate::storage::{LockRecord, OwnerId, Storage, StorageError};
+use crate::storage::{Storage, StorageExt};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1024;
@@ -140,8 +140,9 @@ impl<S: Storage + ?Sized> Semaphore<S> {
     /// # Errors
     /// * [`LockError::InvalidOptions`] before any storage call;
     /// * [`LockError::SemaphoreLimitMismatch`]: the name's stored limit is another number;
-    /// * [`LockError::Storage`] with [`StorageError::Unsupported`] on a storage without
-    ///   compare-and-set primitives (a lock server's client), which cannot keep the limit record;
+    /// * [`LockError::Storage`] with [`crate::StorageError::Unsupported`] on a storage that
+    ///   cannot keep the limit record ([`StorageExt::semaphore_limit`]: neither primitives nor a
+    ///   delegate);
     /// * as [`crate::DistributedLock::try_acquire`] otherwise.
     ///
     /// # Cancel safety
@@ -201,33 +202,14 @@ impl<S: Storage + ?Sized> Semaphore<S> {
             return Ok(());
         }
         let storage = self.locks.storage();
-        let primitives = super::primitives_for(
+        super::keeps_limits(
             &**storage,
             "semaphore (keeps its limit with compare-and-set)",
         )?;
-        let key = limit_key(&self.locks.key_for(&self.inner.name)?);
+        let key = self.locks.key_for(&self.inner.name)?;
         let permits = u64::from(self.inner.permits);
-        loop {
-            if let Some(stored) = storage.get(&key).await? {
-                self.agrees(stored.record.fencing)?;
-                break;
-            }
-            let now = storage.now().await?;
-            let record = LockRecord {
-                owner: OwnerId::NOBODY,
-                count: 0,
-                fencing: permits,
-                acquired_at: now,
-                expires_at: now,
-                holder: None,
-            };
-            match primitives.create(&key, &record).await {
-                Ok(_) => break,
-                // Another semaphore of the name wrote it first: read what it wrote.
-                Err(StorageError::AlreadyExists { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let stored = storage.semaphore_limit(&key, Some(permits)).await?;
+        self.agrees(stored.unwrap_or(permits))?;
         self.inner.checked.store(true, Ordering::Release);
         Ok(())
     }
@@ -239,10 +221,10 @@ impl<S: Storage + ?Sized> Semaphore<S> {
     /// # Errors
     /// [`LockError::SemaphoreLimitMismatch`]; storage errors.
     pub(super) async fn limit_is_set(&self) -> Result<bool, LockError> {
-        let key = limit_key(&self.locks.key_for(&self.inner.name)?);
-        match self.locks.storage().get(&key).await? {
+        let key = self.locks.key_for(&self.inner.name)?;
+        match self.locks.storage().semaphore_limit(&key, None).await? {
             None => Ok(false),
-            Some(stored) => self.agrees(stored.record.fencing).map(|()| true),
+            Some(stored) => self.agrees(stored).map(|()| true),
         }
     }
 

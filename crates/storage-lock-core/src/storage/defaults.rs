@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::StorageExt;
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
+use super::primitives_of;
 use super::{
     AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, Primitives, ReleaseOutcome,
     RenewOutcome, RenewRequest, Storage, StorageError, Stored, SweepReport, Timestamp, Version,
@@ -316,6 +317,42 @@ pub(super) async fn renew_many<S: Storage + ?Sized>(
         .map(|r| s.renew(r.key, r.owner, r.lease))
         .collect();
     futures_util::future::join_all(calls).await
+}
+
+/// [`StorageExt::semaphore_limit`] on the primitives: read the limit record, and create it if
+/// absent and asked to (a lost race reads the winner's).
+pub(super) async fn semaphore_limit<S: Storage + ?Sized>(
+    storage: &S,
+    key: &str,
+    permits: Option<u64>,
+) -> Result<Option<u64>, StorageError> {
+    let limit = crate::kinds::limit_key(key);
+    loop {
+        if let Some(stored) = storage.get(&limit).await? {
+            return Ok(Some(stored.record.fencing));
+        }
+        let Some(permits) = permits else {
+            return Ok(None);
+        };
+        let now = storage.now().await?;
+        let record = LockRecord {
+            owner: OwnerId::NOBODY,
+            count: 0,
+            fencing: permits,
+            acquired_at: now,
+            expires_at: now,
+            holder: None,
+        };
+        match primitives_of(storage, "semaphore_limit")?
+            .create(&limit, &record)
+            .await
+        {
+            Ok(_) => return Ok(Some(permits)),
+            // Another party of the name wrote it first: read what it wrote.
+            Err(StorageError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -201,8 +201,9 @@ pub(crate) fn primitives_of<'a, S: Storage + ?Sized>(
     })
 }
 
-/// The admin operations of a storage that runs them itself (see
-/// [`Storage::delegated_admin`]); each keeps the contract of its [`StorageExt`] namesake.
+/// The operations built on the primitives, run by a storage that has none and runs them itself
+/// (see [`Storage::delegated_admin`]): the admin operations, and the semaphore limit record
+/// the lock kinds keep. Each keeps the contract of its [`StorageExt`] namesake.
 #[async_trait]
 pub trait DelegatedAdmin: Send + Sync {
     /// The backend of the storage that the delegate runs on (a lock server's own storage:
@@ -218,6 +219,12 @@ pub trait DelegatedAdmin: Send + Sync {
     async fn sweep(&self, prefix: &str, older_than: Duration) -> Result<SweepReport, StorageError>;
     /// As [`StorageExt::fencing_floor`].
     async fn fencing_floor(&self) -> Result<u64, StorageError>;
+    /// As [`StorageExt::semaphore_limit`].
+    async fn semaphore_limit(
+        &self,
+        key: &str,
+        permits: Option<u64>,
+    ) -> Result<Option<u64>, StorageError>;
 }
 
 /// What callers do with a [`Storage`] beyond the lock operations — listing, sweeping, the
@@ -274,6 +281,28 @@ pub trait StorageExt: Storage {
             return admin.force_release(key, Some(fencing)).await;
         }
         defaults::force_release(primitives_of(self, "force_release")?, key, Some(fencing)).await
+    }
+
+    /// The limit record of the semaphore whose name has the storage key `key` (kept under
+    /// [`crate::kinds::limit_key`]): the stored number of permits, written first as `permits`
+    /// if none is stored and `permits` is given (create-if-absent: of racing writers, one
+    /// wins and every one reads what it wrote). `None`: none stored, none asked for.
+    ///
+    /// [`crate::kinds::Semaphore`] and [`crate::kinds::RwLock`] use it so that every party of
+    /// a name agrees on its number of permits (or readers).
+    ///
+    /// # Errors
+    /// [`StorageError::Unsupported`] on a storage with neither primitives nor a delegate;
+    /// storage errors.
+    async fn semaphore_limit(
+        &self,
+        key: &str,
+        permits: Option<u64>,
+    ) -> Result<Option<u64>, StorageError> {
+        if let Some(admin) = self.delegated_admin() {
+            return admin.semaphore_limit(key, permits).await;
+        }
+        defaults::semaphore_limit(self, key, permits).await
     }
 
     /// Deletes records under `prefix` that have been free for at least `older_than`, after
