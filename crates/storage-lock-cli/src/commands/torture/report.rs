@@ -97,12 +97,41 @@ struct Bar {
     shared: bool,
 }
 
+/// The holds in progress: worker → name, token, start, shared.
+type Open = HashMap<u32, (String, u64, f64, bool)>;
+
+/// The bar of the hold that `(worker, name, token)` ended at `ms` (its start as the register
+/// saw it, or `ms` if it did not).
+fn ended(
+    open: &mut Open,
+    (worker, name, token, ms): (u32, &str, u64, f64),
+    outcome: Outcome,
+    lost_reported: bool,
+    shared: bool,
+) -> Bar {
+    let from = open
+        .remove(&worker)
+        .filter(|(n, tk, _, _)| n == name && *tk == token)
+        .map_or(ms, |(_, _, from, _)| from);
+    Bar {
+        worker,
+        name: name.to_owned(),
+        token,
+        from,
+        to: ms,
+        outcome: Some(outcome),
+        lost_reported,
+        violated: outcome == Outcome::Violation,
+        shared,
+    }
+}
+
 /// The page.
 fn html(verdict: &serde_json::Value, t: &Tally) -> String {
     // Lanes in order of the workers' starts.
     let mut lanes: Vec<(u32, Option<String>)> = Vec::new();
     let mut end_ms: f64 = verdict["seconds"].as_f64().unwrap_or(0.0) * 1000.0;
-    let mut open: HashMap<u32, (String, u64, f64, bool)> = HashMap::new();
+    let mut open: Open = HashMap::new();
     let mut bars: Vec<Bar> = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let mut violated: Vec<(u32, u64, String, f64)> = Vec::new();
@@ -147,21 +176,8 @@ fn html(verdict: &serde_json::Value, t: &Tally) -> String {
                 lost_reported,
             } => {
                 end_ms = end_ms.max(*ms);
-                let from = open
-                    .remove(worker)
-                    .filter(|(n, tk, _, _)| n == name && tk == token)
-                    .map_or(*ms, |(_, _, from, _)| from);
-                bars.push(Bar {
-                    worker: *worker,
-                    name: name.clone(),
-                    token: *token,
-                    from,
-                    to: *ms,
-                    outcome: Some(Outcome::Ok),
-                    lost_reported: *lost_reported,
-                    violated: false,
-                    shared: true,
-                });
+                let end = (*worker, name.as_str(), *token, *ms);
+                bars.push(ended(&mut open, end, Outcome::Ok, *lost_reported, true));
             }
             Event::Write {
                 ms,
@@ -173,21 +189,8 @@ fn html(verdict: &serde_json::Value, t: &Tally) -> String {
                 ..
             } => {
                 end_ms = end_ms.max(*ms);
-                let from = open
-                    .remove(worker)
-                    .filter(|(n, tk, _, _)| n == name && tk == token)
-                    .map_or(*ms, |(_, _, from, _)| from);
-                bars.push(Bar {
-                    worker: *worker,
-                    name: name.clone(),
-                    token: *token,
-                    from,
-                    to: *ms,
-                    outcome: Some(*outcome),
-                    lost_reported: *lost_reported,
-                    violated: *outcome == Outcome::Violation,
-                    shared: false,
-                });
+                let end = (*worker, name.as_str(), *token, *ms);
+                bars.push(ended(&mut open, end, *outcome, *lost_reported, false));
             }
             Event::Fault { until_ms, .. } => end_ms = end_ms.max(*until_ms),
             Event::Violation {
