@@ -14,7 +14,9 @@ file on a spare loopback port, then checks:
   5. an admin force-releases from the page (confirming the dialog) and the holder — a
      `storage-lock run` process whose SDK handle renews through the server — loses the lock;
   6. the page is readable at 1280 px and at phone width (screenshots);
-  7. `torture --report` pages open from the file: a run with faults shows its verdict, a lane
+  7. a name's lock-kind parts show on its page: a semaphore's permits held, each linking to
+     its own lock (the permit taken through the API as the lock of its slot);
+  8. `torture --report` pages open from the file: a run with faults shows its verdict, a lane
      per worker, hold bars and fault marks; a run on a storage broken on purpose (--mutate)
      shows VIOLATED, red bars and the list of violations (screenshots).
 Screenshots of each page go to SCREENSHOT_DIR. Any failure exits non-zero.
@@ -224,7 +226,22 @@ def main():
             check(wide <= 390, f"no horizontal scrolling at 390 px (page is {wide} px wide)")
             phone.screenshot(path=os.path.join(shots, "locks-phone.png"), full_page=True)
 
-            # 7: the torture reports, from the file (no server).
+            # 7: a semaphore's parts on its page.
+            status, limit = api(base, tokens["locker"], "PUT", "/v1/locks/pool/semaphore-limit", {"permits": 3})
+            check(status == 200 and limit.get("permits") == 3, f"a semaphore limit is kept ({status} {limit})")
+            status, permit = api(base, tokens["locker"], "POST", "/v1/locks/pool%2Fpermit%2F2/acquire", {"lease_ms": 60000})
+            check(status == 200, f"a permit is the lock of its slot ({status})")
+            _, pool = signed_in("reader")
+            pool.goto(f"{base}/ui/locks/pool")
+            heading = pool.locator("#semaphore h2").inner_text()
+            check("3 permits, 1 held" in heading, f"the semaphore's page says so ({heading!r})")
+            link = pool.locator('#semaphore a[href="/ui/locks/pool%2Fpermit%2F2"]')
+            check(link.count() == 1, "the held permit links to its own lock")
+            token = pool.locator("#semaphore td.token").first.inner_text()
+            check(token == permit["fencing_token"], f"with its fencing token ({token})")
+            pool.screenshot(path=os.path.join(shots, "lock-semaphore.png"), full_page=True)
+
+            # 8: the torture reports, from the file (no server).
             for kind, (report, proc) in tortures.items():
                 code = proc.wait(timeout=120)
                 check(code == (0 if kind == "ok" else 1), f"torture ({kind}) exited {code}")

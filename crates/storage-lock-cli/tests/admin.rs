@@ -259,3 +259,103 @@ fn a_broken_lock_makes_run_exit_76() {
         assert!(stderr.contains("lock"), "{url}: {stderr}");
     }
 }
+
+/// `inspect` shows what the lock kinds keep beside a name: a semaphore's permits held, a
+/// reader-writer lock's readers, a fair lock's queue in ticket order; on every storage, and
+/// through a lock server. The kinds are taken with the library in this process.
+#[test]
+fn inspect_shows_the_parts_of_semaphores_rw_locks_and_fair_locks() {
+    use storage_lock::kinds::{FairLock, RwLock, Semaphore};
+    use storage_lock::{AcquireOptions, Wait};
+    let dir = tempfile::tempdir().unwrap();
+    let served = support::Served::start(
+        &format!("sqlite://{}", dir.path().join("served.db").display()),
+        &[],
+    );
+    let mut all = urls(dir.path());
+    all.push(served.url.clone());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for url in all {
+        let (s, r, f) = (unique("sem"), unique("rw"), unique("fair"));
+        let now = AcquireOptions::default()
+            .lease(Duration::from_secs(60))
+            .wait(Wait::Never);
+        let held = rt.block_on(async {
+            let locks = storage_lock::connect(&url).await.expect("connect");
+            let sem = Semaphore::new(&locks, &s, 3).unwrap();
+            let p1 = sem.acquire(&now).await.unwrap().expect("a permit");
+            let p2 = sem.acquire(&now).await.unwrap().expect("another");
+            let reader = RwLock::new(&locks, &r)
+                .unwrap()
+                .read(&now)
+                .await
+                .unwrap()
+                .expect("a read");
+            let fair = FairLock::new(&locks, &f).unwrap();
+            let first = fair.acquire(&now).await.unwrap().expect("free");
+            // A waiter queues behind the holder.
+            let waiting = tokio::spawn({
+                let fair = fair.clone();
+                let wait = now.clone().wait(Wait::For(Duration::from_secs(60)));
+                async move { fair.acquire(&wait).await }
+            });
+            (locks, p1, p2, reader, first, waiting)
+        });
+        let sem = inspect(dir.path(), &url, &s);
+        assert_eq!(
+            sem["state"], "absent",
+            "{url}: a semaphore holds no lock of its name: {sem}"
+        );
+        assert_eq!(sem["semaphore"]["permits"], 3, "{url}: {sem}");
+        let slots = sem["semaphore"]["held"].as_array().expect("held permits");
+        assert_eq!(slots.len(), 2, "{url}: {sem}");
+        assert!(
+            slots
+                .iter()
+                .all(|p| p["slot"].as_u64() < Some(3) && p["held"] == true),
+            "{url}: {sem}"
+        );
+        let text = output_within(&mut cli(dir.path(), &url, &["inspect", &s]), LIMIT);
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("3 permits, 2 held"), "{url}: {text}");
+        let rw = inspect(dir.path(), &url, &r);
+        assert_eq!(rw["readers"]["max"], 16, "{url}: {rw}");
+        assert_eq!(
+            rw["readers"]["held"].as_array().map(Vec::len),
+            Some(1),
+            "{url}: {rw}"
+        );
+        // The waiter's place shows once it has taken it.
+        let deadline = std::time::Instant::now() + LIMIT;
+        let fair = loop {
+            let fair = inspect(dir.path(), &url, &f);
+            if fair["queue"].as_array().is_some_and(|q| q.len() == 1) {
+                break fair;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{url}: the waiter never showed in the queue: {fair}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(fair["held"], true, "{url}: {fair}");
+        assert!(
+            fair["queue"][0]["ticket"].as_u64().is_some(),
+            "{url}: {fair}"
+        );
+        rt.block_on(async {
+            let (_locks, p1, p2, reader, first, waiting) = held;
+            let _ = p1.release().await;
+            let _ = p2.release().await;
+            let _ = reader.release().await;
+            let _ = first.release().await;
+            // Served once the first hold is gone.
+            let served = waiting.await.unwrap().unwrap().expect("the waiter's turn");
+            let _ = served.release().await;
+        });
+    }
+}

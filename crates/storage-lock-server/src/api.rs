@@ -17,9 +17,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use storage_lock_wire::{
     AcquireBody, ErrorBody, EventsQuery, ForceReleaseBody, ForceReleased, GetQuery, Hold,
-    ListQuery, LockEventInfo, LockEvents, LockInfo, LockList, ReleaseBody, Released, RenewBody,
-    Renewed, SemaphoreLimit, SemaphoreLimitBody, StorageInfo, SweepBody, Swept, WhileState, millis,
-    rfc3339,
+    ListQuery, LockEventInfo, LockEvents, LockInfo, LockList, LockParts, ReleaseBody, Released,
+    RenewBody, Renewed, SemaphoreLimit, SemaphoreLimitBody, SlotInfo, SlotsInfo, StorageInfo,
+    SweepBody, Swept, WaiterInfo, WhileState, millis, rfc3339,
 };
 
 use crate::error::{ErrorKind, ServiceError};
@@ -195,6 +195,49 @@ pub(crate) async fn release(
     Ok(Json(Released {
         released: fencing_token.is_some(),
         fencing_token,
+    }))
+}
+
+/// What the lock kinds keep beside `name`: a semaphore's permits held, a reader-writer lock's
+/// readers, a fair lock's queued waiters (each absent when no such kind uses the name).
+#[utoipa::path(
+    get, path = "/v1/locks/{name}/parts", tag = "kinds",
+    params(("name" = String, Path, description = "The name (`/` as `%2F`)")),
+    responses(
+        (status = 200, body = LockParts),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 503, body = ErrorBody),
+    )
+)]
+pub(crate) async fn parts(
+    State(svc): Shared,
+    caller: Caller,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<LockParts>, ServiceError> {
+    let name = path_name(path)?;
+    let p = svc.parts(&caller, &name).await?;
+    let slots = |(limit, held): (u64, Vec<(u32, LockView)>)| SlotsInfo {
+        limit,
+        held: held
+            .into_iter()
+            .map(|(slot, v)| SlotInfo {
+                slot,
+                lock: info(v),
+            })
+            .collect(),
+    };
+    Ok(Json(LockParts {
+        name,
+        semaphore: p.semaphore.map(slots),
+        readers: p.readers.map(slots),
+        queue: p
+            .queue
+            .into_iter()
+            .map(|(ticket, v)| WaiterInfo {
+                ticket,
+                lock: info(v),
+            })
+            .collect(),
     }))
 }
 

@@ -219,6 +219,7 @@ impl Server {
             .routes(routes!(api::release))
             .routes(routes!(api::force_release))
             .routes(routes!(api::semaphore_limit, api::set_semaphore_limit))
+            .routes(routes!(api::parts))
             .routes(routes!(api::sweep))
             .routes(routes!(api::list))
             .routes(routes!(api::get))

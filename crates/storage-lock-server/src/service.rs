@@ -585,6 +585,42 @@ impl LockService {
         Ok(view(name.to_owned(), stored.as_ref(), now))
     }
 
+    /// What the lock kinds keep beside `name` (see [`storage_lock_core::kinds::parts`]), as
+    /// views of their locks. Needs `read` on the name.
+    pub(crate) async fn parts(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<PartsView, ServiceError> {
+        caller.require(self, name, Permission::Read)?;
+        let parts = storage_lock_core::kinds::parts(&self.locks, name).await?;
+        let now = parts.now;
+        let slots = |of: &str, s: &storage_lock_core::kinds::Slots| {
+            let held = s
+                .held
+                .iter()
+                .map(|(i, stored)| {
+                    let part = storage_lock_core::kinds::slot_name(of, *i);
+                    (*i, view(part, Some(stored), now))
+                })
+                .collect();
+            (s.limit, held)
+        };
+        let readers = storage_lock_core::kinds::readers_name(name);
+        Ok(PartsView {
+            semaphore: parts.semaphore.as_ref().map(|s| slots(name, s)),
+            readers: parts.readers.as_ref().map(|s| slots(&readers, s)),
+            queue: parts
+                .queue
+                .iter()
+                .map(|w| {
+                    let place = storage_lock_core::kinds::place_name(name, w.place);
+                    (w.ticket, view(place, Some(&w.stored), now))
+                })
+                .collect(),
+        })
+    }
+
     /// What the storage behind this server promises.
     pub(crate) async fn storage_facts(&self) -> Result<StorageFacts, ServiceError> {
         let storage = self.locks.storage();
@@ -650,6 +686,17 @@ async fn blocking_read(
             () = tokio::time::sleep_until(wake) => {}
         }
     }
+}
+
+/// What the lock kinds keep beside a name, as views of their locks (see
+/// [`LockService::parts`]).
+pub(crate) struct PartsView {
+    /// A semaphore's number of permits and its held permit slots.
+    pub(crate) semaphore: Option<(u64, Vec<(u32, LockView)>)>,
+    /// An RW lock's number of reader slots and its held ones.
+    pub(crate) readers: Option<(u64, Vec<(u32, LockView)>)>,
+    /// A fair lock's queued waiters: ticket and queue place, in ticket order.
+    pub(crate) queue: Vec<(u64, LockView)>,
 }
 
 fn revision(v: &Version) -> String {

@@ -1,6 +1,7 @@
 //! The live web page at `/ui`: held locks with their holders, fencing tokens and time left,
-//! updated over server-sent events; a page per lock with its record and recent events; an admin
-//! force-release with confirmation.
+//! updated over server-sent events; a page per lock with its record, what the lock kinds keep
+//! beside it (a semaphore's permits, a reader-writer lock's readers, a fair lock's queue) and
+//! recent events; an admin force-release with confirmation.
 //!
 //! * **Server-rendered** (maud escapes every value: a name or note `<script>` shows as text), no
 //!   build step, no external fonts or scripts: it works offline. With JavaScript off the pages
@@ -606,6 +607,8 @@ async fn lock_page(
         }
     };
     let floor = st.locks.storage().fencing_floor().await.ok();
+    // What the lock kinds keep beside the name; a page without them if they cannot be read.
+    let parts = st.parts(&viewer.caller, &name).await.ok();
     let key = st
         .locks
         .key_for(&name)
@@ -667,6 +670,9 @@ async fn lock_page(
                 }
             }
         }
+        @if let Some(parts) = &parts {
+            (parts_section(&name, parts))
+        }
         section {
             h2 { "Recent events seen by this server" }
             p.note { (since_text) }
@@ -689,6 +695,63 @@ async fn lock_page(
         }
     };
     Html(page(&name, &viewer, body).into_string()).into_response()
+}
+
+/// The lock kinds' parts of a name (a semaphore's permits, an RW lock's readers, a fair lock's
+/// queue), each a table of the locks held, linking to their own pages.
+fn parts_section(name: &str, parts: &service::PartsView) -> Markup {
+    let holder = |v: &LockView| {
+        v.holder
+            .as_ref()
+            .map(|h| format!("{}:{}", h.host, h.pid))
+            .unwrap_or_else(|| "—".into())
+    };
+    let rows = |label: &str, held: &[(u64, LockView)]| {
+        html! {
+            table.parts {
+                thead { tr { th.num { (label) } th { "Lock" } th.num { "Fencing token" } th { "Holder" } th.num { "Time left" } } }
+                tbody {
+                    @for (n, v) in held {
+                        tr {
+                            td.num data-label=(label) { (n) }
+                            td data-label="Lock" { a href=(format!("/ui/locks/{}", segment(&v.name))) { (v.name) } }
+                            td.num.token data-label="Fencing token" { (v.fencing.map(|t| t.to_string()).unwrap_or_default()) }
+                            td.holder data-label="Holder" { (holder(v)) }
+                            td.num data-label="Time left" { (v.expires_in.map(|d| left_text(millis(d))).unwrap_or_else(|| "—".into())) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let numbered = |held: &[(u32, LockView)]| -> Vec<(u64, LockView)> {
+        held.iter()
+            .map(|(i, v)| (u64::from(*i), v.clone()))
+            .collect()
+    };
+    html! {
+        @if let Some((permits, held)) = &parts.semaphore {
+            section #semaphore {
+                h2 { "Semaphore: " (permits) " permits, " (held.len()) " held" }
+                p.note { "Each permit is a lock of its own (" (name) "/permit/N), with its own fencing token." }
+                @if !held.is_empty() { (rows("Permit", &numbered(held))) }
+            }
+        }
+        @if let Some((max, held)) = &parts.readers {
+            section #readers {
+                h2 { "Reader-writer lock: " (held.len()) " of " (max) " readers reading" }
+                p.note { "Its writer holds " (name) " itself; each reader holds a reader slot." }
+                @if !held.is_empty() { (rows("Reader", &numbered(held))) }
+            }
+        }
+        @if !parts.queue.is_empty() {
+            section #queue {
+                h2 { "Fair lock: " (parts.queue.len()) " waiting" }
+                p.note { "Served in ticket order." }
+                (rows("Ticket", &parts.queue))
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]

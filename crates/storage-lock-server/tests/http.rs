@@ -802,6 +802,73 @@ async fn storage_outage_is_503_and_readyz_says_so() {
     assert_eq!(res.status(), StatusCode::OK, "the process is up");
 }
 
+/// A semaphore's limit is written once and read back by every party (`PUT` answers the stored
+/// number, not the one sent; bad numbers are 400); `parts` shows the permits held, an RW lock's
+/// readers and a fair lock's queue, each part a lock of its own.
+#[tokio::test]
+async fn semaphore_limits_and_the_parts_of_a_name() {
+    let api = Api::memory().await;
+    let put = |name: &'static str, permits: Value| {
+        let api = &api;
+        async move {
+            let res = api
+                .req(
+                    reqwest::Method::PUT,
+                    &format!("/v1/locks/{name}/semaphore-limit"),
+                )
+                .json(&json!({ "permits": permits }))
+                .send()
+                .await
+                .unwrap();
+            let status = res.status();
+            (status, res.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (s, body) = api.get("/v1/locks/pool/semaphore-limit").await;
+    assert_eq!((s, body), (StatusCode::OK, json!({})));
+    assert_eq!(
+        put("pool", json!(3)).await,
+        (StatusCode::OK, json!({"permits": 3}))
+    );
+    // The first party decided: another number gets the stored one back.
+    assert_eq!(
+        put("pool", json!(5)).await,
+        (StatusCode::OK, json!({"permits": 3}))
+    );
+    for bad in [json!(0), json!(1025), json!("3")] {
+        let (s, body) = put("pool", bad.clone()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    let (s, body) = api.get("/v1/locks/pool/semaphore-limit").await;
+    assert_eq!((s, body), (StatusCode::OK, json!({"permits": 3})));
+    // A permit is the lock of its slot.
+    let (s, held) = api
+        .acquire("pool%2Fpermit%2F1", json!({"lease_ms": 60000}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{held}");
+    let (s, parts) = api.get("/v1/locks/pool/parts").await;
+    assert_eq!(s, StatusCode::OK, "{parts}");
+    assert_eq!(parts["semaphore"]["limit"], 3, "{parts}");
+    assert_eq!(parts["semaphore"]["held"][0]["slot"], 1, "{parts}");
+    assert_eq!(
+        parts["semaphore"]["held"][0]["lock"]["name"],
+        "pool/permit/1"
+    );
+    assert_eq!(
+        parts["semaphore"]["held"][0]["lock"]["fencing_token"],
+        held["fencing_token"]
+    );
+    assert!(
+        parts.get("readers").is_none() && parts.get("queue").is_none(),
+        "{parts}"
+    );
+    // Nothing of the kinds: only the name.
+    let (s, parts) = api.get("/v1/locks/plain/parts").await;
+    assert_eq!((s, parts), (StatusCode::OK, json!({"name": "plain"})));
+    let (s, body) = api.get("/v1/locks/%20/parts").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+}
+
 #[tokio::test]
 async fn openapi_describes_every_route_and_requests_carry_ids() {
     let api = Api::memory().await;
@@ -820,6 +887,8 @@ async fn openapi_describes_every_route_and_requests_carry_ids() {
         "/v1/locks/{name}/release",
         "/v1/locks/{name}/force-release",
         "/v1/locks/{name}/events",
+        "/v1/locks/{name}/semaphore-limit",
+        "/v1/locks/{name}/parts",
         "/v1/storage",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");

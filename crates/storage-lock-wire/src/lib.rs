@@ -403,6 +403,61 @@ pub struct LockInfo {
     pub revision: Option<String>,
 }
 
+/// What the lock kinds keep beside a name (`GET /v1/locks/{name}/parts`): a semaphore's
+/// permits, a reader-writer lock's readers, a fair lock's queue. Each field is absent when no
+/// such kind uses the name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct LockParts {
+    /// The name.
+    pub name: String,
+    /// A semaphore of this name: its permits and the ones held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub semaphore: Option<SlotsInfo>,
+    /// A reader-writer lock of this name: its reader slots and the ones held (its writer holds
+    /// the lock `name` itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readers: Option<SlotsInfo>,
+    /// A fair lock of this name: its queued waiters, in ticket order (served in that order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue: Vec<WaiterInfo>,
+}
+
+/// A semaphore's (or an RW lock's readers') slots.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct SlotsInfo {
+    /// The stored number of slots.
+    pub limit: u64,
+    /// The slots held now, in slot order.
+    pub held: Vec<SlotInfo>,
+}
+
+/// A held slot of a semaphore: its number and its lock.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct SlotInfo {
+    /// The slot's number.
+    pub slot: u32,
+    /// The slot's lock (`NAME/permit/SLOT`).
+    pub lock: LockInfo,
+}
+
+/// A waiter queued for a fair lock.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct WaiterInfo {
+    /// Its ticket (a decimal string): waiters are served in ticket order.
+    #[serde(with = "token")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, pattern = "^[0-9]{1,20}$")
+    )]
+    pub ticket: u64,
+    /// Its queue place's lock (`NAME/waiting/PLACE`), held by the waiter.
+    pub lock: LockInfo,
+}
+
 /// A page of locks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]

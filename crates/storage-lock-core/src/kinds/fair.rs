@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use crate::contract::{AcquireOptions, LockError, Wait};
 use crate::engine::StorageLock;
 use crate::hold::LockHandle;
-use crate::storage::{Storage, Stored};
+use crate::storage::{LockRecord, Storage, Stored};
 
 /// How many waiters a [`FairLock`] queues in arrival order unless
 /// [`FairLock::with_max_waiters`] says otherwise. Every waiter reads every place of the queue
@@ -47,10 +47,36 @@ fn ticket_note(ticket: u64) -> String {
 /// The ticket of a queue place's holder, if it holds it as a waiter (not as a brief probe, and
 /// not a record some other program wrote).
 fn ticket_of(stored: &Stored) -> Option<u64> {
-    if stored.record.count == 0 {
+    waiter_ticket(&stored.record)
+}
+
+/// The ticket of the waiter whose queue place (see [`place_name`]) has this record: `None` for
+/// a free place, a brief probe's hold, or a record some other program wrote. Whether the hold
+/// is still in force is the caller's to judge ([`LockRecord::is_held_at`]).
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::kinds::waiter_ticket;
+/// use storage_lock_core::{HolderInfo, LockRecord, OwnerId, Timestamp};
+/// let mut record = LockRecord {
+///     owner: OwnerId::random(),
+///     count: 1,
+///     fencing: 7,
+///     acquired_at: Timestamp::from_millis(0),
+///     expires_at: Timestamp::from_millis(1_000),
+///     holder: None,
+/// };
+/// assert_eq!(waiter_ticket(&record), None);
+/// let mut holder = HolderInfo::this_process();
+/// holder.note = Some("fair-ticket 12".into());
+/// record.holder = Some(std::sync::Arc::new(holder));
+/// assert_eq!(waiter_ticket(&record), Some(12));
+/// ```
+pub fn waiter_ticket(record: &LockRecord) -> Option<u64> {
+    if record.count == 0 {
         return None;
     }
-    let note = stored.record.holder.as_ref()?.note.as_deref()?;
+    let note = record.holder.as_ref()?.note.as_deref()?;
     note.strip_prefix("fair-ticket ")?.parse().ok()
 }
 

@@ -72,14 +72,18 @@ use crate::storage::Storage;
 mod election;
 mod fair;
 mod multi;
+mod parts;
 mod rwlock;
 mod semaphore;
 
 pub use election::{
     Election, Leadership, MAX_VALUE_LEN, OBSERVE_POLL, Observed, Observer, validate_value,
 };
-pub use fair::{DEFAULT_MAX_WAITERS, FairLock, MAX_WAITERS, place_name, tickets_name};
+pub use fair::{
+    DEFAULT_MAX_WAITERS, FairLock, MAX_WAITERS, place_name, tickets_name, waiter_ticket,
+};
 pub use multi::{MultiHandle, acquire_all};
+pub use parts::{Parts, Slots, Waiter, parts};
 pub use rwlock::{DEFAULT_MAX_READERS, ReadGuard, RwLock, WriteGuard, order_name, readers_name};
 pub use semaphore::{
     MAX_PERMITS, Permit, Permits, RESCAN, Semaphore, WATCHED_SLOTS, limit_key, slot_name,
