@@ -202,7 +202,7 @@ pub(crate) async fn release(
 /// readers, a fair lock's queued waiters (each absent when no such kind uses the name).
 #[utoipa::path(
     get, path = "/v1/locks/{name}/parts", tag = "kinds",
-    params(("name" = String, Path, description = "The name (`/` as `%2F`)")),
+    params(("name" = String, Path, description = "The name (`/` as `%2F`; at most 255 bytes)", max_length = 255)),
     responses(
         (status = 200, body = LockParts),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -245,7 +245,7 @@ pub(crate) async fn parts(
 /// semaphore's or a reader-writer lock's client reads it to check that it agrees.
 #[utoipa::path(
     get, path = "/v1/locks/{name}/semaphore-limit", tag = "kinds",
-    params(("name" = String, Path, description = "The semaphore's name (`/` as `%2F`)")),
+    params(("name" = String, Path, description = "The semaphore's name (`/` as `%2F`; at most 255 bytes)", max_length = 255)),
     responses(
         (status = 200, body = SemaphoreLimit),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
