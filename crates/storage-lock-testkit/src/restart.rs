@@ -14,12 +14,30 @@ use std::time::Duration;
 use storage_lock_core::{AcquireOptions, Storage, StorageLock, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
-/// A free loopback TCP port (bound and released; good enough for a test's own server).
+/// A free loopback TCP port (bound and released; good enough for a test's own server), never
+/// one this process handed out before.
+///
+/// Linux often hands the port just released to the next `bind(0)`: two tests of one binary
+/// (threads of one process) starting servers at once got the same port, one server failed to
+/// bind, and its test talked to the other test's server (a clean-clone CI run saw a Redis
+/// started without persistence answer as the other test's durable one). Remembering the ports
+/// given out rules that out within a test binary; cargo runs test binaries one at a time.
 pub fn spare_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a spare loopback port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // A port given before stays bound here until a new one is found, so it cannot come again.
+    let mut skipped = Vec::new();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a spare loopback port");
+        let port = listener.local_addr().expect("a bound address").port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+        skipped.push(listener);
+    }
 }
 
 /// A server process the test owns: started by [`Self::start`], killed on [`Self::kill`] and
