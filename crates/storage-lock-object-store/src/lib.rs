@@ -48,11 +48,35 @@
 //!   asynchronous), or any store without conditional PUT (object_store refuses
 //!   [`PutMode::Create`]/[`PutMode::Update`] there, so the storage fails instead of locking).
 //!
-//! # URL (feature `aws`)
-//! `s3://BUCKET[/PREFIX][?endpoint=http://host:port&region=R&timeout=2s]`; credentials and other
-//! settings come from the environment as in [`object_store::aws::AmazonS3Builder::from_env`]
-//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, …), never from the URL. For GCS and Azure,
-//! build the store with `object_store` and pass it to [`ObjectStoreStorage::new`].
+//! # URLs
+//! * **`s3://BUCKET[/PREFIX][?endpoint=http://host:port&region=R&timeout=2s]`** (feature
+//!   `aws`): credentials and other settings come from the environment as in
+//!   [`object_store::aws::AmazonS3Builder::from_env`] (`AWS_ACCESS_KEY_ID`,
+//!   `AWS_SECRET_ACCESS_KEY`, …), never from the URL.
+//! * **`azure://CONTAINER[/PREFIX][?account=A&endpoint=URL&emulator=true&timeout=2s]`** (feature
+//!   `azure`): the account, its key and other settings come from the environment as in
+//!   `MicrosoftAzureBuilder::from_env` (`AZURE_STORAGE_ACCOUNT_NAME`,
+//!   `AZURE_STORAGE_ACCOUNT_KEY`, …); `account` in the URL names the account, never a key.
+//!   `emulator=true` is **Azurite**: its published development account and key, and the
+//!   `endpoint` (default `http://127.0.0.1:10000`) with the account as the URL's first path
+//!   segment, as Azurite wants.
+//!
+//! For GCS, or a store configured beyond these options, build the store with `object_store` and
+//! pass it to [`ObjectStoreStorage::new`].
+//!
+//! # Durability: Azurite
+//! Amazon S3, GCS and Azure acknowledge a write once it is durable ([`Durability::Durable`]).
+//! **Azurite**, Azure's emulator, is no safe lock store in either of its modes:
+//! * by default it keeps blob metadata in memory and saves it every 5 s, so a SIGKILL or a crash
+//!   forgets up to 5 s of acknowledged writes — held locks and fencing tokens (its conditional
+//!   PUTs are atomic there: the conformance suite's racing-writers cases pass);
+//! * with `AZURITE_DB` (metadata in a SQL database) it keeps what it acknowledged, but two
+//!   racing `If-None-Match: *` creates can both succeed (seen here on MariaDB: the racing cases
+//!   fail).
+//!
+//! So an `emulator=true` URL is refused ([`StorageError::Config`], the CLI's exit 78) unless it
+//! says `durability=volatile`, and then opens as [`Durability::Volatile`]: fine for tests and
+//! development, where a restart may break exclusion and fencing.
 
 use std::fmt;
 use std::sync::Arc;
@@ -64,8 +88,8 @@ use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, Upd
 use storage_lock_core::storage::encoding::{escape_key, unescape_key};
 use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::{
-    Capabilities, Clock, LockRecord, Page, PageRequest, Primitives, Storage, StorageError, Stored,
-    TimeSource, Timestamp, Version,
+    Capabilities, Clock, Durability, LockRecord, Page, PageRequest, Primitives, Storage,
+    StorageError, Stored, TimeSource, Timestamp, Version,
 };
 
 const NAME: &str = "object-store";
@@ -76,6 +100,7 @@ pub struct ObjectStoreStorage {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     seen: Arc<Observations>,
+    durability: Durability,
 }
 
 impl fmt::Debug for ObjectStoreStorage {
@@ -113,6 +138,7 @@ impl ObjectStoreStorage {
             store,
             prefix: prefix.into(),
             seen: Arc::new(Observations::new()),
+            durability: Durability::Durable,
         }
     }
 
@@ -124,9 +150,8 @@ impl ObjectStoreStorage {
         self
     }
 
-    /// `ObjectStoreStorageBuilder::from_url(url)?.build()`: opens
-    /// `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=T]`; see
-    /// [`ObjectStoreStorageBuilder::from_url`].
+    /// `ObjectStoreStorageBuilder::from_url(url)?.build()`: opens an `s3://` or `azure://` URL
+    /// (see the [crate docs](crate#urls) and [`ObjectStoreStorageBuilder::from_url`]).
     ///
     /// # Errors
     /// As [`ObjectStoreStorageBuilder::from_url`].
@@ -139,9 +164,25 @@ impl ObjectStoreStorage {
     /// assert!(ObjectStoreStorage::from_url("s3://b?secret=x").is_err());
     /// # Ok::<(), storage_lock_core::StorageError>(())
     /// ```
-    #[cfg(feature = "aws")]
+    #[cfg(any(feature = "aws", feature = "azure"))]
     pub fn from_url(url: &str) -> Result<Self, StorageError> {
         ObjectStoreStorageBuilder::from_url(url)?.build()
+    }
+
+    /// The store this storage writes through (the one given to [`Self::new`] or built from a
+    /// URL): for a baseline measured on the same client, or for objects of your own. Writing
+    /// under this storage's prefix breaks its locks.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use storage_lock_object_store::ObjectStoreStorage;
+    /// let store = Arc::new(object_store::memory::InMemory::new());
+    /// let storage = ObjectStoreStorage::new(store.clone(), "locks");
+    /// assert_eq!(storage.object_store().to_string(), store.to_string());
+    /// ```
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
     }
 
     /// A builder: from a URL, the environment, or any `object_store` store.
@@ -218,6 +259,9 @@ pub struct ObjectStoreStorageBuilder {
     store: Option<Arc<dyn ObjectStore>>,
     prefix: Path,
     clock: Option<Arc<dyn Clock>>,
+    /// Why the store can forget acknowledged writes (an Azurite URL), judged at `build`.
+    forgets: Option<&'static str>,
+    allow_volatile: bool,
 }
 
 impl fmt::Debug for ObjectStoreStorageBuilder {
@@ -236,14 +280,17 @@ impl ObjectStoreStorageBuilder {
         Self::default()
     }
 
-    /// A builder from `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=T]`, with credentials
-    /// and other settings from the environment. An `http://` endpoint is allowed as given (an
-    /// emulator or a store on a private network). Requests are not retried (an outage surfaces
-    /// within one `timeout`, default 2 s).
+    /// A builder from an `s3://` or `azure://` URL (see the [crate docs](crate#urls)), with
+    /// credentials and other settings from the environment. An `http://` endpoint is allowed as
+    /// given (an emulator or a store on a private network). Requests are not retried (an outage
+    /// surfaces within one `timeout`, default 2 s). `durability=volatile|unverified` is accepted
+    /// as on every backend; an Azurite URL needs `durability=volatile` (see the
+    /// [crate docs](crate#durability-azurite)).
     ///
     /// # Errors
-    /// [`StorageError::Config`] for another scheme, a missing bucket, an unknown option or what
-    /// the S3 client rejects; nothing is contacted.
+    /// [`StorageError::Config`] for a scheme this build lacks (features `aws`, `azure`), a
+    /// missing bucket or container, an unknown option, what the store's client rejects, or an
+    /// Azurite URL without `durability=volatile`; nothing is contacted.
     ///
     /// # Examples
     /// ```
@@ -252,50 +299,47 @@ impl ObjectStoreStorageBuilder {
     /// assert!(format!("{b:?}").contains("locks"));
     /// # Ok::<(), storage_lock_core::StorageError>(())
     /// ```
-    #[cfg(feature = "aws")]
+    #[cfg(any(feature = "aws", feature = "azure"))]
     pub fn from_url(url: &str) -> Result<Self, StorageError> {
-        use std::time::Duration;
-
-        use object_store::aws::AmazonS3Builder;
-        use object_store::{ClientOptions, RetryConfig};
-        use storage_lock_core::storage::url::UrlParts;
+        use storage_lock_core::storage::url::{UrlParts, allow_volatile};
 
         let invalid = |reason: String| StorageError::config(NAME, reason);
         let mut u = UrlParts::parse(url).map_err(invalid)?;
-        let bucket = match (u.scheme.as_str(), u.hosts.as_slice()) {
-            ("s3", [bucket]) if u.user.is_none() => bucket.clone(),
-            _ => return Err(invalid("expected s3://BUCKET[/PREFIX]".into())),
-        };
         let timeout = u
             .take_duration("timeout")
             .map_err(invalid)?
-            .unwrap_or(Duration::from_secs(2));
-        let mut builder = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .with_retry(RetryConfig {
-                max_retries: 0,
-                ..RetryConfig::default()
-            })
-            .with_client_options(
-                ClientOptions::new()
-                    .with_timeout(timeout)
-                    .with_connect_timeout(timeout),
-            );
-        if let Some(endpoint) = u.take("endpoint") {
-            builder = builder
-                .with_allow_http(endpoint.starts_with("http://"))
-                .with_endpoint(endpoint);
-        }
-        if let Some(region) = u.take("region") {
-            builder = builder.with_region(region);
-        }
+            .unwrap_or(std::time::Duration::from_secs(2));
+        let durability = u.take("durability");
+        let allow_volatile = durability
+            .as_deref()
+            .map(allow_volatile)
+            .transpose()
+            .map_err(invalid)?
+            .unwrap_or(false);
+        let (store, forgets): (Arc<dyn ObjectStore>, Option<&'static str>) = match u.scheme.as_str()
+        {
+            #[cfg(feature = "aws")]
+            "s3" => (url_stores::s3(&mut u, timeout)?, None),
+            #[cfg(feature = "azure")]
+            "azure" => {
+                let (store, emulator) = url_stores::azure(&mut u, timeout)?;
+                (store, emulator.then_some(AZURITE_FORGETS))
+            }
+            other => {
+                return Err(invalid(format!(
+                    "unknown scheme {other:?} (this build opens {})",
+                    url_stores::SCHEMES.join(", ")
+                )));
+            }
+        };
         let prefix = std::mem::take(&mut u.path);
-        u.finish(&["endpoint", "region", "timeout"])
-            .map_err(invalid)?;
-        let store = builder.build().map_err(|e| invalid(e.to_string()))?;
-        Ok(Self::new()
-            .store(Arc::new(store))
-            .prefix(Path::from(prefix)))
+        u.finish(&[]).map_err(invalid)?;
+        let mut builder = Self::new()
+            .store(store)
+            .prefix(Path::from(prefix))
+            .allow_volatile(allow_volatile);
+        builder.forgets = forgets;
+        Ok(builder)
     }
 
     /// A builder from `STORAGE_LOCK_S3_URL` (see [`Self::from_url`]).
@@ -328,14 +372,24 @@ impl ObjectStoreStorageBuilder {
         self
     }
 
+    /// Accepts a store that can forget acknowledged writes (an Azurite URL; `durability=volatile`
+    /// in a URL): the storage then opens as [`Durability::Volatile`] instead of being refused.
+    pub fn allow_volatile(mut self, yes: bool) -> Self {
+        self.allow_volatile = yes;
+        self
+    }
+
     /// The storage.
     ///
     /// # Errors
-    /// [`StorageError::Config`] if no store was set.
+    /// [`StorageError::Config`] if no store was set, or for a store known to forget
+    /// acknowledged writes (an Azurite URL) unless [`Self::allow_volatile`].
     pub fn build(self) -> Result<ObjectStoreStorage, StorageError> {
         let store = self
             .store
             .ok_or_else(|| StorageError::config(NAME, "no object store configured"))?;
+        let durability =
+            Durability::judge(NAME, self.forgets.map(str::to_owned), self.allow_volatile)?;
         Ok(ObjectStoreStorage {
             store,
             prefix: self.prefix,
@@ -343,6 +397,7 @@ impl ObjectStoreStorageBuilder {
                 Some(clock) => Observations::with_clock(clock),
                 None => Observations::new(),
             }),
+            durability,
         })
     }
 
@@ -353,6 +408,145 @@ impl ObjectStoreStorageBuilder {
     /// As [`Self::build`].
     pub async fn open(self) -> Result<ObjectStoreStorage, StorageError> {
         self.build()
+    }
+}
+
+/// Why an Azurite URL is refused without `durability=volatile` (see the crate docs).
+#[cfg(feature = "azure")]
+const AZURITE_FORGETS: &str = "Azurite keeps blob metadata in memory between saves every 5 s \
+                               (and with AZURITE_DB, its conditional PUTs are not atomic)";
+
+/// The stores a URL names, one function per scheme (`from_url` keeps the options every scheme
+/// shares).
+#[cfg(any(feature = "aws", feature = "azure"))]
+mod url_stores {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use object_store::{ClientOptions, ObjectStore, RetryConfig};
+    use storage_lock_core::StorageError;
+    use storage_lock_core::storage::url::UrlParts;
+
+    use super::NAME;
+
+    /// The schemes this build opens.
+    pub(super) const SCHEMES: &[&str] = &[
+        #[cfg(feature = "aws")]
+        "s3",
+        #[cfg(feature = "azure")]
+        "azure",
+    ];
+
+    fn invalid(reason: impl Into<String>) -> StorageError {
+        StorageError::config(NAME, reason.into())
+    }
+
+    /// No retries (an outage surfaces within one `timeout`; see the crate docs) and `timeout`
+    /// for connecting and for each request.
+    fn client(timeout: Duration) -> (RetryConfig, ClientOptions) {
+        let retry = RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        };
+        let options = ClientOptions::new()
+            .with_timeout(timeout)
+            .with_connect_timeout(timeout);
+        (retry, options)
+    }
+
+    /// The one host of `scheme://HOST[/…]`: a bucket or a container.
+    fn only_host(u: &UrlParts, what: &str) -> Result<String, StorageError> {
+        match u.hosts.as_slice() {
+            [host] if u.user.is_none() => Ok(host.clone()),
+            _ => Err(invalid(format!("expected {}://{what}[/PREFIX]", u.scheme))),
+        }
+    }
+
+    /// `s3://BUCKET[/PREFIX][?endpoint=URL&region=R]`.
+    #[cfg(feature = "aws")]
+    pub(super) fn s3(
+        u: &mut UrlParts,
+        timeout: Duration,
+    ) -> Result<Arc<dyn ObjectStore>, StorageError> {
+        use object_store::aws::AmazonS3Builder;
+
+        let (retry, options) = client(timeout);
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(only_host(u, "BUCKET")?)
+            .with_retry(retry)
+            .with_client_options(options);
+        if let Some(endpoint) = u.take("endpoint") {
+            builder = builder
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_endpoint(endpoint);
+        }
+        if let Some(region) = u.take("region") {
+            builder = builder.with_region(region);
+        }
+        let store = builder.build().map_err(|e| invalid(e.to_string()))?;
+        Ok(Arc::new(store))
+    }
+
+    /// Azurite's development account and its key, both published in Azurite's documentation
+    /// (every Azurite has them): not a secret.
+    #[cfg(feature = "azure")]
+    const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+    #[cfg(feature = "azure")]
+    const AZURITE_KEY: &str =
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+    /// `azure://CONTAINER[/PREFIX][?account=A&endpoint=URL&emulator=true]`, and whether it is
+    /// the emulator.
+    #[cfg(feature = "azure")]
+    pub(super) fn azure(
+        u: &mut UrlParts,
+        timeout: Duration,
+    ) -> Result<(Arc<dyn ObjectStore>, bool), StorageError> {
+        use object_store::azure::MicrosoftAzureBuilder;
+
+        let (retry, options) = client(timeout);
+        let mut builder = MicrosoftAzureBuilder::from_env()
+            .with_container_name(only_host(u, "CONTAINER")?)
+            .with_retry(retry)
+            .with_client_options(options);
+        let emulator = match u.take("emulator").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "emulator must be true or false, not {other:?}"
+                )));
+            }
+        };
+        let account = u.take("account");
+        let endpoint = u.take("endpoint");
+        if emulator {
+            // Azurite serves path-style URLs: the account is the first path segment (what
+            // object_store's own emulator mode does, on an endpoint from the URL rather than
+            // from a process-wide variable).
+            // An account of the emulator's own (`AZURITE_ACCOUNTS`) brings its key in the
+            // environment, as a real account's does.
+            if account.is_none() {
+                builder = builder.with_access_key(AZURITE_KEY);
+            }
+            let account = account.unwrap_or_else(|| AZURITE_ACCOUNT.to_owned());
+            let endpoint = endpoint.unwrap_or_else(|| "http://127.0.0.1:10000".to_owned());
+            builder = builder
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_endpoint(format!("{}/{account}", endpoint.trim_end_matches('/')))
+                .with_account(account);
+        } else {
+            if let Some(account) = account {
+                builder = builder.with_account(account);
+            }
+            if let Some(endpoint) = endpoint {
+                builder = builder
+                    .with_allow_http(endpoint.starts_with("http://"))
+                    .with_endpoint(endpoint);
+            }
+        }
+        let store = builder.build().map_err(|e| invalid(e.to_string()))?;
+        Ok((Arc::new(store), emulator))
     }
 }
 
@@ -387,14 +581,15 @@ impl Storage for ObjectStoreStorage {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::linearizable()
+        let caps = Capabilities::linearizable()
             .with_time_source(TimeSource::Observed)
             .with_round_trips(
                 "1 / 1 / 1 when the record is known (the holder's renewal and release, its next \
                  acquisition of the key): one conditional PUT; otherwise a GET first (2); a fresh \
                  key's first acquisition also GETs the fencing floor before and after its create \
                  (4)",
-            )
+            );
+        caps.with_durability(self.durability)
     }
 
     async fn now(&self) -> Result<Timestamp, StorageError> {
@@ -512,5 +707,38 @@ mod tests {
             assert_eq!(u.version.as_deref(), v);
         }
         assert!(update_version(&Version::from_u64(1)).is_none());
+    }
+
+    /// Azurite forgets or races (crate docs): refused unless the URL accepts volatility; the
+    /// service itself is durable; nothing is contacted either way.
+    #[cfg(feature = "azure")]
+    #[test]
+    fn azure_urls_refuse_the_emulator_unless_volatility_is_accepted() {
+        let caps = |url: &str| ObjectStoreStorage::from_url(url).map(|s| s.capabilities());
+        let emulator = "azure://c/locks?endpoint=http://127.0.0.1:10000&emulator=true";
+        let refused = caps(emulator).unwrap_err();
+        assert!(
+            matches!(&refused, StorageError::Config { reason, .. } if reason.contains("Azurite")),
+            "{refused:?}"
+        );
+        let unverified = format!("{emulator}&durability=unverified");
+        assert!(
+            caps(&unverified).is_err(),
+            "unverified is no acceptance of a known loss"
+        );
+        let volatile = caps(&format!("{emulator}&durability=volatile")).unwrap();
+        assert_eq!(volatile.durability, Durability::Volatile);
+        let service = caps("azure://c?account=acct&durability=volatile").unwrap();
+        assert_eq!(service.durability, Durability::Durable);
+        for bad in [
+            "azure://c?emulator=yes",
+            "azure://?emulator=true&durability=volatile",
+            "azure://c?emulator=true&durability=volatile&key=secret",
+            "azure://c?emulator=true&durability=sometimes",
+        ] {
+            let e = caps(bad).unwrap_err();
+            assert!(matches!(e, StorageError::Config { .. }), "{bad}: {e:?}");
+            assert!(!e.to_string().contains("secret"), "{bad}: {e}");
+        }
     }
 }

@@ -3,6 +3,9 @@
 //! emulator of this test's own. Tests share one bucket; each uses lock names under a prefix of
 //! its own.
 
+mod common;
+
+use common::rand_u64;
 use storage_lock_object_store::ObjectStoreStorage;
 use storage_lock_testkit::restart::{ServerProcess, restart_keeps_fencing, spare_port, wait_until};
 
@@ -96,48 +99,10 @@ async fn server_restart_keeps_fencing() {
     .await;
 }
 
-/// ETags are content hashes: writing the same record twice must still give two versions, and
-/// a compare-and-set against the first must fail after the second (the nonce in every write).
+/// ETags are content hashes: two writes of one record still get two versions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equal_writes_get_distinct_versions() {
-    use storage_lock_core::{LockRecord, OwnerId, Storage, StorageError, Timestamp};
-    let s = s3().await;
-    let key = format!("equal-writes-{:016x}", rand_u64());
-    let record = LockRecord {
-        owner: OwnerId::from_u128(1),
-        count: 1,
-        fencing: 1,
-        acquired_at: Timestamp::from_millis(1),
-        expires_at: Timestamp::from_millis(2),
-        holder: None,
-    };
-    let v1 = storage_lock_testkit::cas(&s)
-        .create(&key, &record)
-        .await
-        .unwrap();
-    let v2 = storage_lock_testkit::cas(&s)
-        .update(&key, &v1, &record)
-        .await
-        .unwrap();
-    assert_ne!(v1, v2, "two writes of one record share a version");
-    let stale = storage_lock_testkit::cas(&s)
-        .update(&key, &v1, &record)
-        .await;
-    assert!(
-        matches!(stale, Err(StorageError::Conflict { .. })),
-        "{stale:?}"
-    );
-    assert_eq!(s.get(&key).await.unwrap().unwrap().version, v2);
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, RandomState};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    RandomState::new().hash_one((
-        std::time::SystemTime::now(),
-        N.fetch_add(1, Ordering::Relaxed),
-    ))
+    common::equal_writes_get_distinct_versions(s3().await).await;
 }
 
 /// An object under the prefix that is no storage-lock record is one bad row of a listing,

@@ -1,5 +1,5 @@
 #![allow(missing_docs)]
-//! PostgreSQL, MySQL/MariaDB, Redis (one server and a cluster), etcd, NATS JetStream KV and S3:
+//! PostgreSQL, MySQL/MariaDB, Redis (one server and a cluster), etcd, NATS JetStream KV, S3 and Azure Blob:
 //! the engine against the raw backend operation in the same run.
 //!
 //! ```text
@@ -13,7 +13,7 @@
 //! as a peer on Redis; then the contended hand-off latency (release → next waiter holds) and
 //! the round-trip time of a trivial query for scale. For the replicated stores the baselines are
 //! etcd's own `Lock`/`Unlock` and a bare put + delete `Txn`, NATS KV `create` + `delete` and two
-//! revision-checked updates, S3 `PUT If-None-Match: *` + `DELETE`; and the requests per lock
+//! revision-checked updates, S3 and Azure `PUT If-None-Match: *` + `DELETE`; and the requests per lock
 //! operation are counted (client side, and for etcd on the server's `/metrics` too). Where an
 //! aim is a ratio (PostgreSQL's durable row, Redis's raw commands and `rslock`), engine and
 //! baseline alternate for a few rounds and the row shows the median round; Redis also prints
@@ -671,7 +671,7 @@ fn main() {
         "| backend | clients | engine cycles/s | baseline cycles/s | ratio | engine p50 / p99 ms | baseline p50 / p99 ms |"
     );
     println!("|---|---|---|---|---|---|---|");
-    // STORAGE_LOCK_BENCH=redis (or postgres, mysql, redis-cluster, etcd, nats, s3) runs one
+    // STORAGE_LOCK_BENCH=redis (or postgres, mysql, redis-cluster, etcd, nats, s3, azure) runs one
     // backend only; =kinds runs the lock kinds' rows.
     let only = std::env::var("STORAGE_LOCK_BENCH").ok();
     let wanted = |b: &str| only.as_deref().is_none_or(|o| o == b);
@@ -699,7 +699,20 @@ fn main() {
         rt.block_on(nats_bench(&var("STORAGE_LOCK_NATS_URL")));
     }
     if wanted("s3") {
-        rt.block_on(s3_bench(&var("STORAGE_LOCK_S3_URL")));
+        let url = var("STORAGE_LOCK_S3_URL");
+        rt.block_on(object_store_bench(
+            "S3 (ministack)",
+            &url,
+            "s3://storage-lock-test",
+        ));
+    }
+    if wanted("azure") {
+        let url = var("STORAGE_LOCK_AZURE_URL");
+        rt.block_on(object_store_bench(
+            "Azure Blob (Azurite)",
+            &url,
+            "azure://storage-lock-test",
+        ));
     }
 }
 
@@ -1009,26 +1022,15 @@ async fn nats_bench(url: &str) {
     js.delete_key_value("storage-lock-bench-raw").await.unwrap();
 }
 
-async fn s3_bench(url: &str) {
+/// An object store's cycle against its bare conditional PUT (`If-None-Match: *`) + `DELETE`,
+/// through the very store client the storage uses (`ObjectStoreStorage::object_store`).
+async fn object_store_bench(label: &str, url: &str, container: &str) {
     use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, path::Path};
-    let url = url.replacen("s3://storage-lock-test", "s3://storage-lock-test/bench", 1);
-    let storage = storage_lock::connect_storage(&url).await.unwrap();
+    let url = url.replacen(container, &format!("{container}/bench"), 1);
+    let opened = storage_lock::ObjectStoreStorage::from_url(&url).unwrap();
+    let raw: Arc<dyn ObjectStore> = opened.object_store().clone();
+    let storage: Arc<dyn storage_lock::backend::Storage> = Arc::new(opened);
     let locks = StorageLock::builder_arc(storage.clone()).build().unwrap();
-    let endpoint = url
-        .split("endpoint=")
-        .nth(1)
-        .and_then(|e| e.split('&').next())
-        .unwrap()
-        .to_owned();
-    let raw: Arc<dyn ObjectStore> = Arc::new(
-        object_store::aws::AmazonS3Builder::from_env()
-            .with_bucket_name("storage-lock-test")
-            .with_endpoint(&endpoint)
-            .with_allow_http(true)
-            .with_region("us-east-1")
-            .build()
-            .unwrap(),
-    );
     let tag = std::process::id();
     for clients in [1, 16] {
         let engine = measure(clients, engine_op(locks.clone())).await;
@@ -1049,7 +1051,7 @@ async fn s3_bench(url: &str) {
         })
         .await;
         row(
-            "S3 (ministack)",
+            label,
             clients,
             &engine,
             "`PUT If-None-Match` + `DELETE`",
@@ -1066,10 +1068,10 @@ async fn s3_bench(url: &str) {
     })
     .await;
     println!(
-        "| S3 (ministack) hand-off (backoff) | p50 {} ms | p99 {} ms | RTT (`HEAD`) p50 {} ms |",
+        "| {label} hand-off (backoff) | p50 {} ms | p99 {} ms | RTT (`HEAD`) p50 {} ms |",
         ms(p50),
         ms(p99),
         ms(rtt)
     );
-    requests_row("S3 (ministack)", requests_per_op(storage).await, "");
+    requests_row(label, requests_per_op(storage).await, "");
 }

@@ -65,7 +65,9 @@ const SCHEMES: &[(&str, Opener)] = &[
     #[cfg(feature = "nats")]
     ("nats", open_nats),
     #[cfg(feature = "object-store")]
-    ("s3", open_s3),
+    ("s3", open_object_store),
+    #[cfg(feature = "azure")]
+    ("azure", open_object_store),
     #[cfg(feature = "http")]
     ("http", open_http),
     #[cfg(feature = "http")]
@@ -160,7 +162,8 @@ fn open_memory(url: String) -> Opened {
     feature = "redis",
     feature = "etcd",
     feature = "nats",
-    feature = "object-store"
+    feature = "object-store",
+    feature = "azure"
 ))]
 fn backend_url<B>(url: &str, parsed: Result<B, StorageError>) -> Result<B, ConnectError> {
     parsed.map_err(|e| ConnectError::InvalidUrl {
@@ -217,9 +220,9 @@ from_url_opener!(
     open_nats => storage_lock_nats::NatsStorageBuilder
 );
 from_url_opener!(
-    /// `s3://…`.
-    #[cfg(feature = "object-store")]
-    open_s3 => storage_lock_object_store::ObjectStoreStorageBuilder
+    /// `s3://…`, `azure://…`.
+    #[cfg(any(feature = "object-store", feature = "azure"))]
+    open_object_store => storage_lock_object_store::ObjectStoreStorageBuilder
 );
 
 #[cfg(feature = "http")]

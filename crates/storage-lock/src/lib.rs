@@ -19,6 +19,7 @@
 //! | `etcd://host:2379[,host:2379…][?prefix=PREFIX&timeout=2s]` | `EtcdStorage` | `etcd` |
 //! | `nats://host:4222[,…][?bucket=B&prefix=P&replicas=3&timeout=2s]` | `NatsStorage` | `nats` |
 //! | `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=2s]` | `ObjectStoreStorage` | `object-store` |
+//! | `azure://CONTAINER[/PREFIX][?account=A&endpoint=URL&emulator=true&timeout=2s]` | `ObjectStoreStorage` (Azure Blob, Azurite) | `azure` |
 //! | `http(s)://HOST:PORT[?token=T&ca=PEM&cert=PEM&key=PEM]` | `RemoteStorage` (a `storage-lock serve`) | `http` |
 //!
 //! ```no_run
@@ -57,7 +58,7 @@ pub use storage_lock_core::{
 pub use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
 #[cfg(feature = "nats")]
 pub use storage_lock_nats::{NatsStorage, NatsStorageBuilder};
-#[cfg(feature = "object-store")]
+#[cfg(any(feature = "object-store", feature = "azure"))]
 pub use storage_lock_object_store::{ObjectStoreStorage, ObjectStoreStorageBuilder};
 #[cfg(feature = "redis")]
 pub use storage_lock_redis::{RedisStorage, RedisStorageBuilder};

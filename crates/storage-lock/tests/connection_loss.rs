@@ -26,8 +26,9 @@ fn through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
     (target, format!("{scheme}://{userinfo}{proxy}{tail}"))
 }
 
-/// `s3://bucket?endpoint=http://host:port&…` → (the endpoint's address, URL through `proxy`).
-#[cfg(feature = "object-store")]
+/// `s3://bucket?endpoint=http://host:port&…` (or `azure://…`) → (the endpoint's address, URL
+/// through `proxy`).
+#[cfg(any(feature = "object-store", feature = "azure"))]
 fn endpoint_through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
     let start = url.find("endpoint=http://").expect("an http endpoint") + "endpoint=http://".len();
     let end = url[start..]
@@ -147,4 +148,15 @@ async fn nats_connection_loss_is_fail_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_connection_loss_is_fail_closed() {
     fail_closed_and_recover_via("STORAGE_LOCK_S3_URL", "&timeout=1s", endpoint_through_proxy).await;
+}
+
+#[cfg(feature = "azure")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_connection_loss_is_fail_closed() {
+    fail_closed_and_recover_via(
+        "STORAGE_LOCK_AZURE_URL",
+        "&timeout=1s",
+        endpoint_through_proxy,
+    )
+    .await;
 }

@@ -99,3 +99,14 @@ fn s3_processes_exclude_each_other() {
     let url = env_url("STORAGE_LOCK_S3_URL");
     contend(&url.replacen("s3://storage-lock-test", "s3://storage-lock-test/mp", 1));
 }
+
+#[cfg(feature = "azure")]
+#[test]
+fn azure_processes_exclude_each_other() {
+    let url = env_url("STORAGE_LOCK_AZURE_URL");
+    contend(&url.replacen(
+        "azure://storage-lock-test",
+        "azure://storage-lock-test/mp",
+        1,
+    ));
+}
