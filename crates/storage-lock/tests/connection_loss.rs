@@ -160,3 +160,9 @@ async fn azure_connection_loss_is_fail_closed() {
     )
     .await;
 }
+
+#[cfg(feature = "memcached")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcached_connection_loss_is_fail_closed() {
+    fail_closed_and_recover("STORAGE_LOCK_MEMCACHED_URL", "&timeout=1s").await;
+}

@@ -110,3 +110,13 @@ fn azure_processes_exclude_each_other() {
         1,
     ));
 }
+
+#[cfg(feature = "memcached")]
+#[test]
+fn memcached_processes_exclude_each_other() {
+    contend(&format!(
+        "{}&prefix=mp-{:x}:",
+        env_url("STORAGE_LOCK_MEMCACHED_URL"),
+        std::process::id()
+    ));
+}

@@ -34,6 +34,7 @@ fn default_port(scheme: &str) -> Option<u16> {
         "redis" => 6379,
         "etcd" => 2379,
         "nats" => 4222,
+        "memcached" => 11211,
         "http" => 80,
         _ => return None,
     })
@@ -190,6 +191,11 @@ mod tests {
                 "etcd://127.0.0.1:9999?prefix=a/",
             ),
             ("nats://h:4230", "h:4230", "nats://127.0.0.1:9999"),
+            (
+                "memcached://127.0.0.1?durability=volatile",
+                "127.0.0.1:11211",
+                "memcached://127.0.0.1:9999?durability=volatile",
+            ),
             (
                 "s3://bucket/p?endpoint=http://127.0.0.1:4570&region=us-east-1",
                 "127.0.0.1:4570",
