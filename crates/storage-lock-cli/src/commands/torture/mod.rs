@@ -68,7 +68,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
@@ -188,9 +188,34 @@ fn faketime() -> Option<std::path::PathBuf> {
 }
 
 /// A running worker process and its id (its lane in the report).
+/// A worker process, alone in a process group of its own: a skewed worker runs under
+/// libfaketime's `faketime`, which forks, so a signal for the worker goes to the whole group
+/// (to `faketime` alone, a kill left the worker running as an orphan and a pause paused
+/// nothing). Dropping it kills the group.
 struct Worker {
     id: u32,
     child: Child,
+}
+
+impl Worker {
+    /// Sends `signal` to the worker's process group (nothing once it was reaped).
+    fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = killpg(Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// Kills the worker's whole group and reaps the worker.
+    async fn kill(&mut self) {
+        self.signal(Signal::SIGKILL);
+        let _ = self.child.wait().await;
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
 }
 
 /// How to start worker processes.
@@ -233,6 +258,7 @@ impl Spawner {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true);
         let child = cmd
             .spawn()
@@ -407,15 +433,11 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
         let fault = faults[round % faults.len()];
         round += 1;
         let i = rand::random_range(0..workers.len());
-        let Some(pid) = workers[i].child.id().and_then(|p| i32::try_from(p).ok()) else {
-            continue;
-        };
         let mut target = workers[i].id;
         let start = lock(&tally).now_ms();
         let on_worker = match fault {
             Fault::Kill | Fault::Skew => {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                let _ = workers[i].child.wait().await;
+                workers[i].kill().await;
                 exited(&tally, target);
                 // An hour either way: past any lease, so a wall clock that decided anything
                 // would decide wrong.
@@ -435,9 +457,9 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
                 true
             }
             Fault::Pause => {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+                workers[i].signal(Signal::SIGSTOP);
                 tokio::time::sleep(args.lease * 3 / 2).await;
-                let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+                workers[i].signal(Signal::SIGCONT);
                 true
             }
             Fault::Cut => {
@@ -459,10 +481,7 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
     }
     tokio::time::sleep_until(end).await;
     for w in &mut workers {
-        let _ = w.child.start_kill();
-    }
-    for w in &mut workers {
-        let _ = w.child.wait().await;
+        w.kill().await;
         exited(&tally, w.id);
     }
     server.abort();
