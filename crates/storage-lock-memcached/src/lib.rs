@@ -217,6 +217,27 @@ impl MemcachedStorage {
         (value, written)
     }
 
+    /// One meta set of `record` under `key` (`mode`: `ME` to add, `C<cas>` to compare first):
+    /// the new version, or the answer that refused the write.
+    async fn set(
+        &self,
+        operation: &'static str,
+        key: &str,
+        record: &LockRecord,
+        mode: &str,
+    ) -> Result<Result<Version, Reply>, StorageError> {
+        let (value, written) = self.encode(key, record);
+        let line = format!("ms {} {} c {mode}", self.item(key), value.len());
+        match self.call(operation, &line, Some(&value)).await? {
+            Reply::Done { cas: Some(cas) } => {
+                let version = Version::from_u64(cas);
+                self.inner.seen.wrote(key, &version, written);
+                Ok(Ok(version))
+            }
+            refused => Ok(Err(refused)),
+        }
+    }
+
     /// Every item key under this storage's prefix that may hold a lock key starting with
     /// `wanted`, from `lru_crawler metadump all` on a connection of its own.
     async fn items(&self, wanted: &str) -> Result<Vec<String>, StorageError> {
@@ -245,6 +266,20 @@ impl MemcachedStorage {
             .filter_map(percent_decode)
             .filter(|item| item.starts_with(&escaped) || item.starts_with(&hashed))
             .collect())
+    }
+}
+
+/// The CAS a version holds; a version no write of this storage made is a lost race.
+fn cas_of(key: &str, expected: &Version) -> Result<u64, StorageError> {
+    expected
+        .as_u64()
+        .filter(|&c| c != 0)
+        .ok_or_else(|| conflict(key))
+}
+
+fn conflict(key: &str) -> StorageError {
+    StorageError::Conflict {
+        key: key.to_owned(),
     }
 }
 
@@ -540,18 +575,12 @@ impl Primitives for MemcachedStorage {
     }
 
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
-        let (value, written) = self.encode(key, record);
-        let line = format!("ms {} {} c ME", self.item(key), value.len());
-        match self.call("create", &line, Some(&value)).await? {
-            Reply::Done { cas: Some(cas) } => {
-                let version = Version::from_u64(cas);
-                self.inner.seen.wrote(key, &version, written);
-                Ok(version)
-            }
-            Reply::NotStored => Err(StorageError::AlreadyExists {
+        match self.set("create", key, record, "ME").await? {
+            Ok(version) => Ok(version),
+            Err(Reply::NotStored) => Err(StorageError::AlreadyExists {
                 key: key.to_owned(),
             }),
-            other => Err(StorageError::backend(NAME, "create", format!("{other:?}"))),
+            Err(other) => Err(StorageError::backend(NAME, "create", format!("{other:?}"))),
         }
     }
 
@@ -561,28 +590,16 @@ impl Primitives for MemcachedStorage {
         expected: &Version,
         record: &LockRecord,
     ) -> Result<Version, StorageError> {
-        let conflict = || StorageError::Conflict {
-            key: key.to_owned(),
-        };
-        let cas = expected.as_u64().filter(|&c| c != 0).ok_or_else(conflict)?;
-        let (value, written) = self.encode(key, record);
-        let line = format!("ms {} {} c C{cas}", self.item(key), value.len());
-        match self.call("update", &line, Some(&value)).await? {
-            Reply::Done { cas: Some(cas) } => {
-                let version = Version::from_u64(cas);
-                self.inner.seen.wrote(key, &version, written);
-                Ok(version)
-            }
-            Reply::Exists | Reply::NotFound => Err(conflict()),
-            other => Err(StorageError::backend(NAME, "update", format!("{other:?}"))),
+        let cas = cas_of(key, expected)?;
+        match self.set("update", key, record, &format!("C{cas}")).await? {
+            Ok(version) => Ok(version),
+            Err(Reply::Exists | Reply::NotFound) => Err(conflict(key)),
+            Err(other) => Err(StorageError::backend(NAME, "update", format!("{other:?}"))),
         }
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
-        let conflict = || StorageError::Conflict {
-            key: key.to_owned(),
-        };
-        let cas = expected.as_u64().filter(|&c| c != 0).ok_or_else(conflict)?;
+        let cas = cas_of(key, expected)?;
         match self
             .call("delete", &format!("md {} C{cas}", self.item(key)), None)
             .await?
@@ -591,7 +608,7 @@ impl Primitives for MemcachedStorage {
                 self.inner.seen.forget(key);
                 Ok(())
             }
-            Reply::Exists | Reply::NotFound => Err(conflict()),
+            Reply::Exists | Reply::NotFound => Err(conflict(key)),
             other => Err(StorageError::backend(NAME, "delete", format!("{other:?}"))),
         }
     }

@@ -39,17 +39,7 @@ async fn a_known_record_saves_the_read() {
 /// A second client whose clock runs an hour ahead finds a held lock busy (`clock: observed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy() {
-    let url = suite_url();
-    let holder = ObjectStoreStorage::from_url(&url).expect("a valid S3 URL");
-    let ahead = ObjectStoreStorage::from_url(&url)
-        .expect("a valid S3 URL")
-        .with_clock(storage_lock_testkit::conformance::Ahead(
-            std::time::Duration::from_secs(3600),
-        ));
-    storage_lock_testkit::conformance::a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy(
-        holder, ahead,
-    )
-    .await;
+    common::a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy(&suite_url()).await;
 }
 
 // Only the primitives are implemented here: the lock operations are the engine's defaults

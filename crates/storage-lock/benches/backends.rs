@@ -1,5 +1,6 @@
 #![allow(missing_docs)]
-//! PostgreSQL, MySQL/MariaDB, Redis (one server and a cluster), etcd, NATS JetStream KV, S3 and Azure Blob:
+//! PostgreSQL, MySQL/MariaDB, Redis (one server and a cluster), etcd, NATS JetStream KV, S3,
+//! Azure Blob and memcached:
 //! the engine against the raw backend operation in the same run.
 //!
 //! ```text
@@ -13,7 +14,8 @@
 //! as a peer on Redis; then the contended hand-off latency (release → next waiter holds) and
 //! the round-trip time of a trivial query for scale. For the replicated stores the baselines are
 //! etcd's own `Lock`/`Unlock` and a bare put + delete `Txn`, NATS KV `create` + `delete` and two
-//! revision-checked updates, S3 and Azure `PUT If-None-Match: *` + `DELETE`; and the requests per lock
+//! revision-checked updates, S3 and Azure `PUT If-None-Match: *` + `DELETE`, memcached's meta
+//! add + delete; and the requests per lock
 //! operation are counted (client side, and for etcd on the server's `/metrics` too). Where an
 //! aim is a ratio (PostgreSQL's durable row, Redis's raw commands and `rslock`), engine and
 //! baseline alternate for a few rounds and the row shows the median round; Redis also prints
@@ -671,7 +673,8 @@ fn main() {
         "| backend | clients | engine cycles/s | baseline cycles/s | ratio | engine p50 / p99 ms | baseline p50 / p99 ms |"
     );
     println!("|---|---|---|---|---|---|---|");
-    // STORAGE_LOCK_BENCH=redis (or postgres, mysql, redis-cluster, etcd, nats, s3, azure) runs one
+    // STORAGE_LOCK_BENCH=redis (or postgres, mysql, redis-cluster, etcd, nats, s3, azure,
+    // memcached) runs one
     // backend only; =kinds runs the lock kinds' rows.
     let only = std::env::var("STORAGE_LOCK_BENCH").ok();
     let wanted = |b: &str| only.as_deref().is_none_or(|o| o == b);
@@ -705,6 +708,9 @@ fn main() {
             &url,
             "s3://storage-lock-test",
         ));
+    }
+    if wanted("memcached") {
+        rt.block_on(memcached_bench(&var("STORAGE_LOCK_MEMCACHED_URL")));
     }
     if wanted("azure") {
         let url = var("STORAGE_LOCK_AZURE_URL");
@@ -1074,4 +1080,62 @@ async fn object_store_bench(label: &str, url: &str, container: &str) {
         ms(rtt)
     );
     requests_row(label, requests_per_op(storage).await, "");
+}
+
+/// memcached's cycle against its bare meta commands, add (`ms KEY 1 ME`) + `md KEY`, one
+/// round trip each, every client on a connection of its own.
+async fn memcached_bench(url: &str) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufStream};
+    let tag = std::process::id();
+    let url = format!("{url}&prefix=storage-lock-bench-{tag}:");
+    let storage = storage_lock::connect_storage(&url).await.unwrap();
+    let locks = StorageLock::builder_arc(storage.clone()).build().unwrap();
+    let address = url
+        .trim_start_matches("memcached://")
+        .split(['?', '/'])
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut conns = Vec::new();
+    for _ in 0..16 {
+        let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        conns.push(tokio::sync::Mutex::new(BufStream::new(stream)));
+    }
+    let conns = Arc::new(conns);
+    async fn ask(conn: &mut BufStream<tokio::net::TcpStream>, request: &str, answer: &str) {
+        conn.write_all(request.as_bytes()).await.unwrap();
+        conn.flush().await.unwrap();
+        let mut line = String::new();
+        conn.read_line(&mut line).await.unwrap();
+        assert!(line.starts_with(answer), "{request:?}: {line:?}");
+    }
+    for clients in [1, 16] {
+        let engine = measure(clients, engine_op(locks.clone())).await;
+        let c = conns.clone();
+        let base = measure(clients, move |i| {
+            let c = c.clone();
+            async move {
+                let mut conn = c[i].lock().await;
+                ask(&mut conn, &format!("ms raw-{tag}-{i} 1 ME\r\nx\r\n"), "HD").await;
+                ask(&mut conn, &format!("md raw-{tag}-{i}\r\n"), "HD").await;
+            }
+        })
+        .await;
+        row("memcached", clients, &engine, "`ms … ME` + `md`", &base);
+    }
+    let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
+    let c = conns.clone();
+    let rtt = rtt(move || {
+        let c = c.clone();
+        async move { ask(&mut *c[0].lock().await, "mn\r\n", "MN").await }
+    })
+    .await;
+    println!(
+        "| memcached hand-off (backoff) | p50 {} ms | p99 {} ms | RTT (`mn`) p50 {} ms |",
+        ms(p50),
+        ms(p99),
+        ms(rtt)
+    );
+    requests_row("memcached", requests_per_op(storage).await, "");
 }

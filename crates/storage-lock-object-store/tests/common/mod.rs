@@ -1,4 +1,5 @@
-//! What the object-store test binaries share: the nonce check and unique names.
+//! What the object-store test binaries share: the nonce check, the clock-ahead case, unique
+//! names.
 
 use storage_lock_core::{LockRecord, OwnerId, Storage, StorageError, Timestamp};
 use storage_lock_object_store::ObjectStoreStorage;
@@ -43,4 +44,19 @@ pub fn rand_u64() -> u64 {
         std::time::SystemTime::now(),
         N.fetch_add(1, Ordering::Relaxed),
     ))
+}
+
+/// A second client whose clock runs an hour ahead finds a held lock busy (`clock: observed`):
+/// two storages opened on `url`, one of them timing its observations an hour ahead.
+pub async fn a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy(url: &str) {
+    let holder = ObjectStoreStorage::from_url(url).expect("a valid URL");
+    let ahead = ObjectStoreStorage::from_url(url)
+        .expect("a valid URL")
+        .with_clock(storage_lock_testkit::conformance::Ahead(
+            std::time::Duration::from_secs(3600),
+        ));
+    storage_lock_testkit::conformance::a_contender_whose_clock_runs_ahead_finds_a_held_lock_busy(
+        holder, ahead,
+    )
+    .await;
 }
