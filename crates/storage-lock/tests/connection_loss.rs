@@ -28,7 +28,7 @@ fn through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
 
 /// `s3://bucket?endpoint=http://host:port&…` (or `azure://…`) → (the endpoint's address, URL
 /// through `proxy`).
-#[cfg(any(feature = "object-store", feature = "azure"))]
+#[cfg(any(feature = "object-store", feature = "azure", feature = "dynamodb"))]
 fn endpoint_through_proxy(url: &str, proxy: SocketAddr) -> (SocketAddr, String) {
     let start = url.find("endpoint=http://").expect("an http endpoint") + "endpoint=http://".len();
     let end = url[start..]
@@ -165,4 +165,15 @@ async fn azure_connection_loss_is_fail_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memcached_connection_loss_is_fail_closed() {
     fail_closed_and_recover("STORAGE_LOCK_MEMCACHED_URL", "&timeout=1s").await;
+}
+
+#[cfg(feature = "dynamodb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_connection_loss_is_fail_closed() {
+    fail_closed_and_recover_via(
+        "STORAGE_LOCK_DYNAMODB_URL",
+        "&timeout=1s",
+        endpoint_through_proxy,
+    )
+    .await;
 }

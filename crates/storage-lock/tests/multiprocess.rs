@@ -120,3 +120,14 @@ fn memcached_processes_exclude_each_other() {
         std::process::id()
     ));
 }
+
+#[cfg(feature = "dynamodb")]
+#[test]
+fn dynamodb_processes_exclude_each_other() {
+    let url = env_url("STORAGE_LOCK_DYNAMODB_URL");
+    contend(&url.replacen(
+        "dynamodb://storage-lock-test",
+        &format!("dynamodb://storage-lock-test/mp-{:x}/", std::process::id()),
+        1,
+    ));
+}
