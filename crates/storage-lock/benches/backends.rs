@@ -1,6 +1,6 @@
 #![allow(missing_docs)]
 //! PostgreSQL, MySQL/MariaDB, Redis (one server and a cluster), etcd, NATS JetStream KV, S3,
-//! Azure Blob and memcached:
+//! Azure Blob, memcached and DynamoDB:
 //! the engine against the raw backend operation in the same run.
 //!
 //! ```text
@@ -15,7 +15,7 @@
 //! the round-trip time of a trivial query for scale. For the replicated stores the baselines are
 //! etcd's own `Lock`/`Unlock` and a bare put + delete `Txn`, NATS KV `create` + `delete` and two
 //! revision-checked updates, S3 and Azure `PUT If-None-Match: *` + `DELETE`, memcached's meta
-//! add + delete; and the requests per lock
+//! add + delete, DynamoDB's conditional `PutItem` + `DeleteItem`; and the requests per lock
 //! operation are counted (client side, and for etcd on the server's `/metrics` too). Where an
 //! aim is a ratio (PostgreSQL's durable row, Redis's raw commands and `rslock`), engine and
 //! baseline alternate for a few rounds and the row shows the median round; Redis also prints
@@ -674,7 +674,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     // STORAGE_LOCK_BENCH=redis (or postgres, mysql, redis-cluster, etcd, nats, s3, azure,
-    // memcached) runs one
+    // memcached, dynamodb) runs one
     // backend only; =kinds runs the lock kinds' rows.
     let only = std::env::var("STORAGE_LOCK_BENCH").ok();
     let wanted = |b: &str| only.as_deref().is_none_or(|o| o == b);
@@ -711,6 +711,12 @@ fn main() {
     }
     if wanted("memcached") {
         rt.block_on(memcached_bench(&var("STORAGE_LOCK_MEMCACHED_URL")));
+    }
+    if wanted("dynamodb") {
+        let url = var("STORAGE_LOCK_DYNAMODB_URL");
+        rt.block_on(dynamodb_bench("DynamoDB (ministack)", &url));
+        let url = var("STORAGE_LOCK_DYNALITE_URL");
+        rt.block_on(dynamodb_bench("DynamoDB (dynalite)", &url));
     }
     if wanted("azure") {
         let url = var("STORAGE_LOCK_AZURE_URL");
@@ -1138,4 +1144,91 @@ async fn memcached_bench(url: &str) {
         ms(rtt)
     );
     requests_row("memcached", requests_per_op(storage).await, "");
+}
+
+/// DynamoDB's cycle against its bare conditional writes on the same endpoint: `PutItem` with
+/// `attribute_not_exists(k)` + `DeleteItem`, one request each on one pooled HTTP client (not
+/// signed: the emulators do not check, so the baseline skips the engine's SigV4 work).
+async fn dynamodb_bench(label: &str, url: &str) {
+    let tag = std::process::id();
+    let url = url.replacen(
+        "dynamodb://storage-lock-test",
+        &format!("dynamodb://storage-lock-test/bench-{tag}/"),
+        1,
+    );
+    let storage = storage_lock::connect_storage(&url).await.unwrap();
+    let locks = StorageLock::builder_arc(storage.clone()).build().unwrap();
+    let start = url.find("endpoint=").unwrap() + "endpoint=".len();
+    let end = url[start..].find('&').map_or(url.len(), |i| start + i);
+    let endpoint = format!("{}/", &url[start..end]);
+    let http = reqwest::Client::new();
+    let call = move |action: &'static str, body: serde_json::Value| {
+        let (http, endpoint) = (http.clone(), endpoint.clone());
+        async move {
+            let response = http
+                .post(&endpoint)
+                .header("content-type", "application/x-amz-json-1.0")
+                .header("x-amz-target", format!("DynamoDB_20120810.{action}"))
+                // Unchecked, but dynalite wants them present.
+                .header("x-amz-date", "20260101T000000Z")
+                .header(
+                    "authorization",
+                    "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, \
+                     SignedHeaders=host, Signature=0",
+                )
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            assert!(response.status().is_success(), "{action}: {response:?}");
+            response.bytes().await.unwrap();
+        }
+    };
+    for clients in [1, 16] {
+        let engine = measure(clients, engine_op(locks.clone())).await;
+        let call = call.clone();
+        let base = measure(clients, move |i| {
+            let call = call.clone();
+            async move {
+                let key = serde_json::json!({ "k": { "S": format!("raw-{tag}-{i}") } });
+                let mut item = key.clone();
+                item["r"] = serde_json::json!({ "B": "eA==" });
+                call(
+                    "PutItem",
+                    serde_json::json!({
+                        "TableName": "storage-lock-test",
+                        "Item": item,
+                        "ConditionExpression": "attribute_not_exists(k)",
+                    }),
+                )
+                .await;
+                call(
+                    "DeleteItem",
+                    serde_json::json!({ "TableName": "storage-lock-test", "Key": key }),
+                )
+                .await;
+            }
+        })
+        .await;
+        row(
+            label,
+            clients,
+            &engine,
+            "conditional `PutItem` + `DeleteItem`",
+            &base,
+        );
+    }
+    let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
+    let rtt = rtt(move || {
+        let call = call.clone();
+        async move { call("ListTables", serde_json::json!({ "Limit": 1 })).await }
+    })
+    .await;
+    println!(
+        "| {label} hand-off (backoff) | p50 {} ms | p99 {} ms | RTT (`ListTables`) p50 {} ms |",
+        ms(p50),
+        ms(p99),
+        ms(rtt)
+    );
+    requests_row(label, requests_per_op(storage).await, "");
 }
