@@ -22,8 +22,9 @@ impl Refusal {
         self.kind == kind
     }
 
-    /// For an error: the exception and its message (never a credential: the service's
-    /// messages name tables, keys and expressions).
+    /// For an error: the exception and the first sentence of its message. A signature error's
+    /// message can go on to quote the canonical request, session token included: that part is
+    /// never kept.
     pub fn into_error(self, operation: &'static str) -> StorageError {
         let message = self
             .body
@@ -31,9 +32,10 @@ impl Refusal {
             .or_else(|| self.body.get("Message"))
             .and_then(Value::as_str)
             .unwrap_or("");
-        let reason = format!("{}: {message}", self.kind);
+        let reason = format!("{}: {}", self.kind, first_part(message));
         match self.kind.as_str() {
             "AccessDeniedException"
+            | "IncompleteSignatureException"
             | "UnrecognizedClientException"
             | "InvalidSignatureException"
             | "MissingAuthenticationTokenException"
@@ -44,6 +46,27 @@ impl Refusal {
             _ => StorageError::backend(NAME, operation, reason),
         }
     }
+}
+
+/// A service message up to its first line break, its first mention of the canonical request
+/// or string to sign, and at most 300 bytes.
+fn first_part(message: &str) -> &str {
+    let mut end = message.len().min(300);
+    for stop in [
+        "\n",
+        "The Canonical",
+        "Canonical String",
+        "String-to-Sign",
+        "x-amz-security-token",
+    ] {
+        if let Some(at) = message.find(stop) {
+            end = end.min(at);
+        }
+    }
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message[..end].trim_end()
 }
 
 pub(crate) struct Client {
@@ -71,7 +94,14 @@ impl Client {
                     "endpoint must be http(s)://host[:port], not {endpoint:?}"
                 ))
             })?;
-        let host = rest.trim_end_matches('/');
+        // reqwest sends the host lower-cased: sign it so.
+        let host = rest.trim_end_matches('/').to_ascii_lowercase();
+        let host = host.as_str();
+        // The Host header leaves out the scheme's default port, so the signature must too.
+        let host = match scheme {
+            "https" => host.strip_suffix(":443").unwrap_or(host),
+            _ => host.strip_suffix(":80").unwrap_or(host),
+        };
         if host.is_empty() || host.contains(['/', '?', '#', '@']) {
             return Err(invalid(format!(
                 "endpoint must be http(s)://host[:port], not {endpoint:?}"
@@ -80,6 +110,7 @@ impl Client {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| StorageError::backend(NAME, "open", e))?;
         Ok(Self {
@@ -170,5 +201,56 @@ fn without_url(e: reqwest::Error) -> String {
     match std::error::Error::source(&e) {
         Some(source) => format!("{kind}: {source}"),
         None => kind.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a signature error may quote after its first sentence never reaches an error.
+    #[test]
+    fn service_messages_are_cut_before_any_quoted_request() {
+        let quoted = "The request signature we calculated does not match the signature you \
+                      provided.\n\nThe Canonical String for this request should have been\n\
+                      'POST\n/\n\nx-amz-security-token:SECRET\n'";
+        let e = Refusal {
+            kind: "InvalidSignatureException".to_owned(),
+            body: serde_json::json!({ "message": quoted }),
+        }
+        .into_error("get");
+        let shown = e.to_string();
+        assert!(matches!(e, StorageError::Denied { .. }), "{e:?}");
+        assert!(
+            shown.contains("does not match") && !shown.contains("SECRET"),
+            "{shown}"
+        );
+        assert_eq!(first_part("short"), "short");
+        assert_eq!(first_part(&"é".repeat(400)).len(), 300);
+    }
+
+    /// The signed host is what reqwest sends: lower case, without the scheme's default port.
+    #[test]
+    fn the_signed_host_is_the_one_sent() {
+        let creds = Credentials {
+            key_id: "a".to_owned(),
+            secret: "b".to_owned(),
+            session_token: None,
+        };
+        let t = Duration::from_secs(1);
+        let https = Client::new(
+            "https://DynamoDB.eu-west-1.amazonaws.com:443/",
+            "eu-west-1",
+            creds.clone(),
+            t,
+        )
+        .unwrap();
+        assert_eq!(https.host, "dynamodb.eu-west-1.amazonaws.com");
+        assert_eq!(https.url, "https://dynamodb.eu-west-1.amazonaws.com/");
+        let http = Client::new("http://127.0.0.1:4570", "us-east-1", creds.clone(), t).unwrap();
+        assert_eq!(http.host, "127.0.0.1:4570");
+        for bad in ["ftp://h", "http://", "http://u@h", "h:1", "http://h/path"] {
+            assert!(Client::new(bad, "r", creds.clone(), t).is_err(), "{bad}");
+        }
     }
 }

@@ -16,21 +16,31 @@
 //!   decides anything: not the client's, and not the service's `Date` header either, whose
 //!   one-second steps come from whichever front-end host answered. (A TTL attribute is no help:
 //!   DynamoDB deletes expired items within days, not at the deadline.)
+//! * **One region**: a global table is refused at open unless it has multi-region strong
+//!   consistency. With eventually consistent replicas each region checks conditions on its own
+//!   copy and the last writer wins, so two regions could each grant the same lock.
 //! * **Durability**: DynamoDB acknowledges a write once it is stored durably in several
 //!   availability zones ([`Durability::Durable`]). An **emulator** (`emulator=true`: ministack,
 //!   DynamoDB Local in memory) keeps tables in memory, so a restart forgets every lock: such a
 //!   URL is refused unless it also says `durability=volatile`.
 //! * **The table** is created at open if it does not exist (on-demand capacity) unless
 //!   `create=false`; an existing table must have exactly the key schema above.
-//! * **Requests** are signed with SigV4 ([`Credentials`], from the environment by default) and
-//!   never retried: an outage surfaces within one `timeout` (default 2 s), and an answer lost on
+//! * **Requests** are signed with SigV4 ([`Credentials`]: `AWS_ACCESS_KEY_ID`,
+//!   `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`, read once at open, or
+//!   [`DynamoDbStorageBuilder::credentials`]; no profile files, SSO or instance roles, and
+//!   temporary credentials are not refreshed: reopen the storage before they expire, or every
+//!   request is [`StorageError::Denied`] and held locks are lost). SigV4 itself refuses a client
+//!   whose clock is more than about 5 minutes off, which is the only part a wall clock plays.
+//!   Requests are never retried or redirected: an outage surfaces within one `timeout` (default 2 s), and an answer lost on
 //!   the way is an error of unknown outcome that the engine resolves by reading the item.
 //! * **Listing** is a consistent `Scan` filtered on the prefix: it reads the whole table, so
 //!   keep admin listings off tables shared with other data.
 //! * **Waiting** backs off with jitter (DynamoDB Streams would notify, at a cost per shard).
+//! * **Permissions** it needs: `dynamodb:DescribeTable` (and `CreateTable` unless
+//!   `create=false`), `GetItem`, `PutItem`, `DeleteItem`, and `Scan` for listings and sweeps.
 //!
 //! # URL
-//! `dynamodb://TABLE[/PREFIX][?region=R&endpoint=URL&emulator=true&create=false&timeout=2s]`:
+//! `dynamodb://TABLE[/PREFIX][?region=R&endpoint=URL&emulator=true&create=false&timeout=2s&durability=volatile]`:
 //! `region` defaults to `AWS_REGION`, then `AWS_DEFAULT_REGION`, then `us-east-1`; `endpoint`
 //! to `https://dynamodb.REGION.amazonaws.com`. Credentials come from `AWS_ACCESS_KEY_ID`,
 //! `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`.
@@ -136,13 +146,13 @@ impl DynamoDbStorage {
     /// An item read back: its lock key and the record, decoded with the observation rule.
     fn decode(&self, item: &Value) -> Result<(String, Stored), StorageError> {
         let name = item["k"]["S"].as_str().unwrap_or("?");
+        // A bad item is reported under its lock key where it has one.
+        let key = name.strip_prefix(self.inner.prefix.as_str());
         let corrupt = |reason: &str| StorageError::Corrupt {
-            key: name.to_owned(),
+            key: key.unwrap_or(name).to_owned(),
             reason: reason.to_owned(),
         };
-        let key = name
-            .strip_prefix(self.inner.prefix.as_str())
-            .ok_or_else(|| corrupt("the item's key lacks the storage's prefix"))?;
+        let key = key.ok_or_else(|| corrupt("the item's key lacks the storage's prefix"))?;
         let version = item["v"]["N"]
             .as_str()
             .and_then(|v| v.parse::<u64>().ok())
@@ -217,8 +227,9 @@ impl DynamoDbStorage {
         };
         let deadline = tokio::time::Instant::now() + patience;
         loop {
+            // UPDATING (an index being built, a capacity change) serves reads and writes.
             let status = table["Table"]["TableStatus"].as_str().unwrap_or("");
-            if status == "ACTIVE" {
+            if status == "ACTIVE" || status == "UPDATING" {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -238,23 +249,37 @@ impl DynamoDbStorage {
                 Err(r) => return Err(r.into_error("open")),
             };
         }
-        let schema = &table["Table"]["KeySchema"];
-        let types = &table["Table"]["AttributeDefinitions"];
-        let hash_only = schema.as_array().is_some_and(|keys| {
-            keys.len() == 1 && keys[0]["AttributeName"] == "k" && keys[0]["KeyType"] == "HASH"
-        });
-        let string_key = types.as_array().is_some_and(|defs| {
+        usable_table(&table["Table"])
+            .map_err(|why| invalid(format!("table {:?} {why}", self.inner.table)))
+    }
+}
+
+/// Whether a `DescribeTable` answer's `Table` is one this backend can keep its promises on:
+/// exactly the string partition key `k`, and no replicas in other regions unless the global
+/// table is strongly consistent (with eventual consistency, every region checks conditions on
+/// its own copy and the last writer wins: two regions could each grant the same lock).
+fn usable_table(table: &Value) -> Result<(), &'static str> {
+    let hash_only = table["KeySchema"].as_array().is_some_and(|keys| {
+        keys.len() == 1 && keys[0]["AttributeName"] == "k" && keys[0]["KeyType"] == "HASH"
+    });
+    let string_key = table["AttributeDefinitions"]
+        .as_array()
+        .is_some_and(|defs| {
             defs.iter()
                 .any(|d| d["AttributeName"] == "k" && d["AttributeType"] == "S")
         });
-        if !(hash_only && string_key) {
-            return Err(invalid(format!(
-                "table {:?} must have exactly one key, the string partition key \"k\"",
-                self.inner.table
-            )));
-        }
-        Ok(())
+    if !(hash_only && string_key) {
+        return Err("must have exactly one key, the string partition key \"k\"");
     }
+    let replicated = table["Replicas"].as_array().is_some_and(|r| !r.is_empty());
+    if replicated && table["MultiRegionConsistency"] != "STRONG" {
+        return Err(
+            "is a global table with eventually consistent replicas: conditional writes in two \
+             regions can both succeed, so two holders could each be granted the lock (use a \
+             table in one region, or multi-region strong consistency)",
+        );
+    }
+    Ok(())
 }
 
 /// A version this storage wrote: the number compared against `v`.
@@ -515,7 +540,7 @@ impl DynamoDbStorageBuilder {
             }),
         };
         storage
-            .ensure_table(self.create_table, self.timeout * 30)
+            .ensure_table(self.create_table, self.timeout.saturating_mul(30))
             .await?;
         Ok(storage)
     }
@@ -597,11 +622,7 @@ impl Storage for DynamoDbStorage {
                 _ => break,
             }
         }
-        rows.retain(|(key, _)| {
-            key.starts_with(prefix) && page.after.as_deref().is_none_or(|a| key.as_str() > a)
-        });
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(Page::from_sorted_results(rows, page.effective_limit()))
+        Ok(Page::from_unsorted_results(rows, prefix, page))
     }
 
     fn primitives(&self) -> Option<&dyn Primitives> {
@@ -688,6 +709,40 @@ mod tests {
             let e = DynamoDbStorageBuilder::from_url(bad).unwrap_err();
             assert!(matches!(e, StorageError::Config { .. }), "{bad}: {e:?}");
         }
+    }
+
+    /// The key schema, and global tables: refused unless strongly consistent.
+    #[test]
+    fn only_single_region_tables_keyed_by_k_are_used() {
+        let keyed = |extra: Value| {
+            let mut t = json!({
+                "KeySchema": [{ "AttributeName": "k", "KeyType": "HASH" }],
+                "AttributeDefinitions": [{ "AttributeName": "k", "AttributeType": "S" }],
+            });
+            for (name, value) in extra.as_object().unwrap() {
+                t[name] = value.clone();
+            }
+            t
+        };
+        assert!(usable_table(&keyed(json!({}))).is_ok());
+        assert!(usable_table(&keyed(json!({ "Replicas": [] }))).is_ok());
+        let replicas = json!([{ "RegionName": "eu-west-1" }]);
+        let global = usable_table(&keyed(json!({ "Replicas": replicas }))).unwrap_err();
+        assert!(global.contains("global table"), "{global}");
+        let eventual = json!({ "Replicas": replicas, "MultiRegionConsistency": "EVENTUAL" });
+        assert!(usable_table(&keyed(eventual)).is_err());
+        let strong = json!({ "Replicas": replicas, "MultiRegionConsistency": "STRONG" });
+        assert!(usable_table(&keyed(strong)).is_ok());
+        let numeric = json!({
+            "KeySchema": [{ "AttributeName": "k", "KeyType": "HASH" }],
+            "AttributeDefinitions": [{ "AttributeName": "k", "AttributeType": "N" }],
+        });
+        assert!(usable_table(&numeric).is_err());
+        let sorted = keyed(json!({ "KeySchema": [
+            { "AttributeName": "k", "KeyType": "HASH" },
+            { "AttributeName": "s", "KeyType": "RANGE" },
+        ] }));
+        assert!(usable_table(&sorted).is_err());
     }
 
     /// No server needed: the refusal comes before any I/O.

@@ -252,8 +252,9 @@ async fn a_ministack_restart_forgets_held_locks_and_fencing_tokens() {
         .expect("a restarted emulator forgot the held lock");
     assert!(
         again.fencing_token() <= last,
-        "tokens started again: {} after {}",
+        "tokens started again: {} after {} (the held one: {})",
         again.fencing_token(),
+        last,
         held.fencing_token()
     );
 }

@@ -556,11 +556,7 @@ impl Storage for MemcachedStorage {
                 other => return Err(StorageError::backend(NAME, "list", format!("{other:?}"))),
             }
         }
-        rows.retain(|(key, _)| {
-            key.starts_with(prefix) && page.after.as_deref().is_none_or(|a| key.as_str() > a)
-        });
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(Page::from_sorted_results(rows, page.effective_limit()))
+        Ok(Page::from_unsorted_results(rows, prefix, page))
     }
 
     fn primitives(&self) -> Option<&dyn Primitives> {

@@ -259,6 +259,33 @@ impl Page {
         page
     }
 
+    /// The page `req` asks for from a listing's rows in any order (a scan, a dump): the rows
+    /// whose key starts with `prefix` and sorts after `req.after`, sorted, then as
+    /// [`Self::from_sorted_results`].
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::{Page, PageRequest};
+    /// let rows = vec![
+    ///     ("b/2".to_owned(), Err("garbage".to_owned())),
+    ///     ("a/1".to_owned(), Err("garbage".to_owned())),
+    ///     ("b/1".to_owned(), Err("garbage".to_owned())),
+    /// ];
+    /// let page = Page::from_unsorted_results(rows, "b/", &PageRequest::default());
+    /// assert_eq!(page.corrupt.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["b/1", "b/2"]);
+    /// ```
+    pub fn from_unsorted_results(
+        mut rows: Vec<(String, Result<Stored, String>)>,
+        prefix: &str,
+        req: &PageRequest,
+    ) -> Self {
+        rows.retain(|(key, _)| {
+            key.starts_with(prefix) && req.after.as_deref().is_none_or(|a| key.as_str() > a)
+        });
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        Self::from_sorted_results(rows, req.effective_limit())
+    }
+
     /// The page of at most `limit` entries from `entries` (sorted by key, holding up to one
     /// more than `limit` to tell whether another page follows). A `limit` of 0 is taken as 1,
     /// so that a page always makes progress.
