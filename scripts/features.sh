@@ -17,7 +17,7 @@ check -p storage-lock-core --no-default-features --features testing
 for f in "" sqlite postgres mysql; do
   check -p storage-lock-sql --no-default-features ${f:+--features "$f"}
 done
-for f in "" sqlite postgres mysql redis nats memcached dynamodb http; do
+for f in "" sqlite postgres mysql redis nats memcached dynamodb zookeeper http; do
   check -p storage-lock --no-default-features ${f:+--features "$f"}
 done
 check -p storage-lock-proto
@@ -32,6 +32,7 @@ check -p storage-lock-redis
 check -p storage-lock-nats
 check -p storage-lock-memcached
 check -p storage-lock-dynamodb
+check -p storage-lock-zookeeper
 for f in aws gcp azure; do
   check -p storage-lock-object-store --no-default-features --features "$f"
 done

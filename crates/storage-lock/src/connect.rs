@@ -72,6 +72,8 @@ const SCHEMES: &[(&str, Opener)] = &[
     ("memcached", open_memcached),
     #[cfg(feature = "dynamodb")]
     ("dynamodb", open_dynamodb),
+    #[cfg(feature = "zookeeper")]
+    ("zookeeper", open_zookeeper),
     #[cfg(feature = "http")]
     ("http", open_http),
     #[cfg(feature = "http")]
@@ -169,7 +171,8 @@ fn open_memory(url: String) -> Opened {
     feature = "object-store",
     feature = "azure",
     feature = "memcached",
-    feature = "dynamodb"
+    feature = "dynamodb",
+    feature = "zookeeper"
 ))]
 fn backend_url<B>(url: &str, parsed: Result<B, StorageError>) -> Result<B, ConnectError> {
     parsed.map_err(|e| ConnectError::InvalidUrl {
@@ -240,6 +243,11 @@ from_url_opener!(
     /// `dynamodb://…` (an emulator refused unless `durability=volatile`).
     #[cfg(feature = "dynamodb")]
     open_dynamodb => storage_lock_dynamodb::DynamoDbStorageBuilder
+);
+from_url_opener!(
+    /// `zookeeper://…`.
+    #[cfg(feature = "zookeeper")]
+    open_zookeeper => storage_lock_zookeeper::ZooKeeperStorageBuilder
 );
 
 #[cfg(feature = "http")]

@@ -22,6 +22,7 @@
 //! | `azure://CONTAINER[/PREFIX][?account=A&endpoint=URL&emulator=true&timeout=2s]` | `ObjectStoreStorage` (Azure Blob, Azurite) | `azure` |
 //! | `memcached://host:port[?prefix=P&timeout=2s]&durability=volatile` (refused without it) | `MemcachedStorage` | `memcached` |
 //! | `dynamodb://TABLE[/PREFIX][?region=R&endpoint=URL&emulator=true&timeout=2s]` | `DynamoDbStorage` | `dynamodb` |
+//! | `zookeeper://host:2181[,host:2181…][/ROOT][?timeout=2s&session_timeout=10s]` | `ZooKeeperStorage` | `zookeeper` |
 //! | `http(s)://HOST:PORT[?token=T&ca=PEM&cert=PEM&key=PEM]` | `RemoteStorage` (a `storage-lock serve`) | `http` |
 //!
 //! ```no_run
@@ -74,6 +75,8 @@ pub use storage_lock_sql::{MysqlStorage, MysqlStorageBuilder};
 pub use storage_lock_sql::{PostgresStorage, PostgresStorageBuilder};
 #[cfg(feature = "sqlite")]
 pub use storage_lock_sql::{SqliteStorage, SqliteStorageBuilder};
+#[cfg(feature = "zookeeper")]
+pub use storage_lock_zookeeper::{ZooKeeperStorage, ZooKeeperStorageBuilder};
 
 /// For backend authors and tools that work on stored records: the [`backend::Storage`] trait
 /// (required compare-and-set primitives, provided lock operations), its records, capabilities

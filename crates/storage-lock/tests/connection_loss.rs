@@ -177,3 +177,9 @@ async fn dynamodb_connection_loss_is_fail_closed() {
     )
     .await;
 }
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_connection_loss_is_fail_closed() {
+    fail_closed_and_recover("STORAGE_LOCK_ZOOKEEPER_URL", "?timeout=1s").await;
+}

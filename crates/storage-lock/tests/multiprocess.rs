@@ -131,3 +131,13 @@ fn dynamodb_processes_exclude_each_other() {
         1,
     ));
 }
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn zookeeper_processes_exclude_each_other() {
+    contend(&format!(
+        "{}/mp-{:x}",
+        env_url("STORAGE_LOCK_ZOOKEEPER_URL"),
+        std::process::id()
+    ));
+}
