@@ -1,4 +1,4 @@
-//! [`ZooKeeperStorage`]: storage-lock on Apache ZooKeeper (3.5 or later; tested on 3.8).
+//! [`ZooKeeperStorage`]: storage-lock on Apache ZooKeeper 3.6 or later (tested on 3.8).
 //!
 //! # How it works
 //! * **One persistent znode per lock**, `ROOT/NAME` with the name escaped to
@@ -39,7 +39,11 @@
 //!   request whose connection broke is an error of unknown outcome (the engine resolves it by
 //!   reading); an expired session is replaced by a new one at the next request. No lock
 //!   depends on a session.
-//! * **Waiting** backs off with jitter (no watches yet).
+//! * **Waiting** is woken by a persistent recursive watch on the root (ZooKeeper 3.6+), on a
+//!   session of its own, opened with the first waiter: every write to a lock's znode wakes that
+//!   lock's waiters, whichever client made it. When the watch's session is disconnected every
+//!   waiter re-checks (a change made meanwhile may not be delivered: ZOOKEEPER-4698); when it
+//!   expires, a new session and watch replace it.
 //!
 //! # URL
 //! `zookeeper://host:port[,host:port…][/ROOT][?timeout=2s&session_timeout=10s]`: the servers
@@ -70,8 +74,9 @@ use storage_lock_core::storage::encoding::{escape_key, unescape_key};
 use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::storage::url::UrlParts;
 use storage_lock_core::{
-    Capabilities, Clock, LockRecord, MonotonicClock, Page, PageRequest, Primitives, Storage,
-    StorageError, Stored, TimeSource, Timestamp, Version,
+    Capabilities, ChangeWait, Clock, LockRecord, MonotonicClock, NotificationSource, Notifications,
+    Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored, TimeSource,
+    Timestamp, Version,
 };
 use zookeeper_client as zk;
 
@@ -103,6 +108,8 @@ struct Inner {
     /// One session opened at a time.
     connecting: tokio::sync::Mutex<()>,
     seen: Observations,
+    /// The waiters, woken by the watch on the root.
+    hub: Notifications<WatchSource>,
 }
 
 impl fmt::Debug for ZooKeeperStorage {
@@ -307,6 +314,61 @@ async fn open_session(
         .map_err(|e| error("connect", e))
 }
 
+/// The watch that wakes waiters: a persistent recursive watch on the root, on a session of
+/// its own.
+struct WatchSource {
+    servers: String,
+    root: String,
+    timeout: Duration,
+    session_timeout: Duration,
+}
+
+#[async_trait]
+impl NotificationSource for WatchSource {
+    type Connection = (zk::Client, zk::PersistentWatcher);
+
+    async fn connect(&self) -> Result<Self::Connection, StorageError> {
+        let client = open_session(&self.servers, self.timeout, self.session_timeout).await?;
+        let watch = client.watch(&self.root, zk::AddWatchMode::PersistentRecursive);
+        // The watch is registered when this returns: every later write is delivered.
+        let watcher = tokio::time::timeout(self.timeout, watch)
+            .await
+            .map_err(|_| StorageError::backend(NAME, "watch", "no answer"))?
+            .map_err(|e| error("watch", e))?;
+        Ok((client, watcher))
+    }
+
+    async fn next(&self, (_, watcher): &mut Self::Connection) -> SourceEvent {
+        loop {
+            let event = watcher.changed().await;
+            match event.event_type {
+                zk::EventType::Session => {
+                    return match event.session_state {
+                        // Events while disconnected may be lost: everyone re-checks.
+                        zk::SessionState::Disconnected
+                        | zk::SessionState::SyncConnected
+                        | zk::SessionState::ConnectedReadOnly => SourceEvent::MayHaveMissed,
+                        // Expired, closed, refused: the watcher delivers nothing more (and
+                        // must not be asked again); the hub opens a new session.
+                        _ => SourceEvent::Disconnected,
+                    };
+                }
+                _ => {
+                    let key = event
+                        .path
+                        .strip_prefix(self.root.as_str())
+                        .and_then(|rest| rest.strip_prefix('/'))
+                        .and_then(unescape_key);
+                    // The root itself, or a znode no lock names: nobody to wake.
+                    if let Some(key) = key {
+                        return SourceEvent::Changed(key);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Configures a [`ZooKeeperStorage`]: from a URL or with setters, then [`Self::open`].
 #[derive(Clone)]
 #[must_use = "a builder does nothing until `open`"]
@@ -481,8 +543,15 @@ impl ZooKeeperStorageBuilder {
                 zk::Error::NodeExists => Ok(()),
                 e => Err(error("open", e)),
             })?;
+        let hub = Notifications::new(WatchSource {
+            servers: self.servers.clone(),
+            root: self.root.clone(),
+            timeout: self.timeout,
+            session_timeout: self.session_timeout,
+        });
         Ok(ZooKeeperStorage {
             inner: Arc::new(Inner {
+                hub,
                 servers: self.servers,
                 root: self.root,
                 timeout: self.timeout,
@@ -504,6 +573,7 @@ impl Storage for ZooKeeperStorage {
     fn capabilities(&self) -> Capabilities {
         Capabilities::linearizable()
             .with_time_source(TimeSource::Observed)
+            .with_change_notifications(true)
             .with_round_trips(
                 "1 / 1 / 1 when the record is known (the holder's renewal and release, its next \
                  acquisition): one version-checked setData; otherwise a synced read first (2); \
@@ -580,6 +650,10 @@ impl Storage for ZooKeeperStorage {
             }
         }
         Ok(Page::from_unsorted_results(rows, prefix, page))
+    }
+
+    async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {
+        Ok(self.inner.hub.arm(key).await)
     }
 
     fn primitives(&self) -> Option<&dyn Primitives> {

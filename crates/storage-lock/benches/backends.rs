@@ -1209,7 +1209,7 @@ async fn zookeeper_bench(url: &str) {
     })
     .await;
     println!(
-        "| ZooKeeper hand-off (backoff) | p50 {} ms | p99 {} ms | RTT (`exists /`) p50 {} ms |",
+        "| ZooKeeper hand-off (watch) | p50 {} ms | p99 {} ms | RTT (`exists /`) p50 {} ms |",
         ms(p50),
         ms(p99),
         ms(rtt)

@@ -35,6 +35,7 @@ fn default_port(scheme: &str) -> Option<u16> {
         "etcd" => 2379,
         "nats" => 4222,
         "memcached" => 11211,
+        "zookeeper" => 2181,
         "http" => 80,
         _ => return None,
     })
@@ -192,6 +193,11 @@ mod tests {
             ),
             ("nats://h:4230", "h:4230", "nats://127.0.0.1:9999"),
             (
+                "zookeeper://zk/app/locks?timeout=1s",
+                "zk:2181",
+                "zookeeper://127.0.0.1:9999/app/locks?timeout=1s",
+            ),
+            (
                 "memcached://127.0.0.1?durability=volatile",
                 "127.0.0.1:11211",
                 "memcached://127.0.0.1:9999?durability=volatile",
@@ -211,6 +217,7 @@ mod tests {
             "sqlite:///tmp/x.db",
             "memory:",
             "nats://a:1,b:2",
+            "zookeeper://a:1,b:2/locks",
             "redis://127.0.0.1:6400/?cluster=true",
             "https://locks.example",
         ] {
