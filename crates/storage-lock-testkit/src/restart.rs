@@ -15,15 +15,19 @@ use storage_lock_core::{AcquireOptions, Storage, StorageLock, Wait};
 use tokio::time::{Instant, sleep, timeout};
 
 /// A free loopback TCP port (bound and released; good enough for a test's own server), never
-/// one this process handed out before.
+/// one handed out before in this process or, under `scripts/run-tests.py`, in this test run.
 ///
 /// Linux often hands the port just released to the next `bind(0)`: two tests of one binary
 /// (threads of one process) starting servers at once got the same port, one server failed to
 /// bind, and its test talked to the other test's server (a clean-clone CI run saw a Redis
 /// started without persistence answer as the other test's durable one). Remembering the ports
-/// given out rules that out within a test binary; cargo runs test binaries one at a time.
+/// given out rules that out within a test binary. `scripts/run-tests.py` runs several test
+/// binaries at once and names a fresh directory in `STORAGE_LOCK_TEST_PORTS`: a port is given
+/// only to the process that creates the file named by it there (`create_new`, atomic across
+/// processes), so no two binaries of one run get the same port either.
 pub fn spare_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let shared = std::env::var_os("STORAGE_LOCK_TEST_PORTS").map(PathBuf::from);
     let mut given = GIVEN
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -32,7 +36,18 @@ pub fn spare_port() -> u16 {
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a spare loopback port");
         let port = listener.local_addr().expect("a bound address").port();
-        if !given.contains(&port) {
+        let claimed = shared.as_ref().is_none_or(|dir| {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(dir.join(port.to_string()))
+            {
+                Ok(_) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+                Err(e) => panic!("STORAGE_LOCK_TEST_PORTS ({}): {e}", dir.display()),
+            }
+        });
+        if !given.contains(&port) && claimed {
             given.push(port);
             return port;
         }

@@ -182,15 +182,7 @@ impl ZooKeeperStorage {
         client: &zk::Client,
         request: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<Answer<T>, StorageError> {
-        let answer = tokio::time::timeout(self.inner.timeout, request)
-            .await
-            .map_err(|_| {
-                StorageError::backend(
-                    NAME,
-                    operation,
-                    format!("no answer within {:?}", self.inner.timeout),
-                )
-            })?;
+        let answer = within(self.inner.timeout, operation, request).await?;
         match answer {
             Ok(value) => Ok(Answer::Done(value)),
             Err(e @ (zk::Error::NoNode | zk::Error::NodeExists | zk::Error::BadVersion)) => {
@@ -295,6 +287,23 @@ fn error(operation: &'static str, e: zk::Error) -> StorageError {
     }
 }
 
+/// `request`'s answer, or a [`StorageError::Backend`] naming `operation` if none comes within
+/// `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    operation: &'static str,
+    request: impl Future<Output = T>,
+) -> Result<T, StorageError> {
+    tokio::time::timeout(timeout, request).await.map_err(|_| {
+        StorageError::backend(NAME, operation, format!("no answer within {timeout:?}"))
+    })
+}
+
+/// How every znode is created: persistent (never tied to a session), open to every client.
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
 /// A new session with the ensemble, within `timeout` (every server tried once).
 async fn open_session(
     servers: &str,
@@ -306,11 +315,8 @@ async fn open_session(
         .with_connection_timeout(timeout)
         .with_fail_eagerly()
         .connect(servers);
-    tokio::time::timeout(timeout.max(Duration::from_secs(1)) * 2, connect)
-        .await
-        .map_err(|_| {
-            StorageError::backend(NAME, "connect", format!("no session within {timeout:?}"))
-        })?
+    within(timeout.max(Duration::from_secs(1)) * 2, "connect", connect)
+        .await?
         .map_err(|e| error("connect", e))
 }
 
@@ -331,9 +337,8 @@ impl NotificationSource for WatchSource {
         let client = open_session(&self.servers, self.timeout, self.session_timeout).await?;
         let watch = client.watch(&self.root, zk::AddWatchMode::PersistentRecursive);
         // The watch is registered when this returns: every later write is delivered.
-        let watcher = tokio::time::timeout(self.timeout, watch)
-            .await
-            .map_err(|_| StorageError::backend(NAME, "watch", "no answer"))?
+        let watcher = within(self.timeout, "watch", watch)
+            .await?
             .map_err(|e| error("watch", e))?;
         Ok((client, watcher))
     }
@@ -533,16 +538,16 @@ impl ZooKeeperStorageBuilder {
     pub async fn open(self) -> Result<ZooKeeperStorage, StorageError> {
         self.check()?;
         let client = open_session(&self.servers, self.timeout, self.session_timeout).await?;
-        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        tokio::time::timeout(self.timeout, client.mkdir(&self.root, &options))
-            .await
-            .map_err(|_| {
-                StorageError::backend(NAME, "open", format!("no answer within {:?}", self.timeout))
-            })?
-            .or_else(|e| match e {
-                zk::Error::NodeExists => Ok(()),
-                e => Err(error("open", e)),
-            })?;
+        within(
+            self.timeout,
+            "open",
+            client.mkdir(&self.root, &persistent()),
+        )
+        .await?
+        .or_else(|e| match e {
+            zk::Error::NodeExists => Ok(()),
+            e => Err(error("open", e)),
+        })?;
         let hub = Notifications::new(WatchSource {
             servers: self.servers.clone(),
             root: self.root.clone(),
@@ -670,9 +675,8 @@ impl Primitives for ZooKeeperStorage {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let path = self.path(key);
         let (data, written) = self.inner.seen.encode(record, rand::random());
-        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let client = self.client().await?;
-        let created = client.create(&path, &data, &options);
+        let created = client.create(&path, &data, &persistent());
         match self.run("create", &client, created).await? {
             Answer::Done((stat, _)) => {
                 let version = version_of(key, &stat)?;
