@@ -17,6 +17,7 @@ built=$(mktemp)
 trap 'rm -f "$built"' EXIT
 cargo test --workspace --all-features --all-targets --no-run --message-format json-render-diagnostics >"$built"
 python3 scripts/run-tests.py --jobs "${STORAGE_LOCK_TEST_JOBS:-3}" <"$built"
+echo "==== doc tests, then schemathesis and the browser tests"
 cargo test --workspace --all-features --doc
 # The lock server's HTTP API against its own OpenAPI document (installs schemathesis if needed):
 # no server error, no undocumented status, no response that breaks the schema.
