@@ -28,6 +28,9 @@ def main():
         status = e.code
         if status != 409:
             print(f"azure-container: {status} {e.read()[:300]!r}", file=sys.stderr)
+    except OSError as e:  # not listening yet, or gone: callers poll until it answers
+        print(f"azure-container: {endpoint}: {getattr(e, 'reason', e)}", file=sys.stderr)
+        sys.exit(1)
     sys.exit(0 if status in (201, 409) else 1)
 
 main()

@@ -59,7 +59,7 @@ def order(bins):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1200)
     args = ap.parse_args()
     bins = order(binaries(sys.stdin))

@@ -11,12 +11,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
 # Every test binary (unit, integration, benchmarks in test mode), built by cargo and run a few at
-# a time by scripts/run-tests.py (STORAGE_LOCK_TEST_JOBS of them, 3 by default): what
+# a time by scripts/run-tests.py (STORAGE_LOCK_TEST_JOBS of them, 2 by default): what
 # `cargo test --workspace --all-features --all-targets` runs, in about half the wall time.
 built=$(mktemp)
 trap 'rm -f "$built"' EXIT
 cargo test --workspace --all-features --all-targets --no-run --message-format json-render-diagnostics >"$built"
-python3 scripts/run-tests.py --jobs "${STORAGE_LOCK_TEST_JOBS:-3}" <"$built"
+python3 scripts/run-tests.py --jobs "${STORAGE_LOCK_TEST_JOBS:-2}" <"$built"
 echo "==== doc tests, then schemathesis and the browser tests"
 cargo test --workspace --all-features --doc
 # The lock server's HTTP API against its own OpenAPI document (installs schemathesis if needed):
