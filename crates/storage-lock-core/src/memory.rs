@@ -361,9 +361,7 @@ impl Primitives for MemoryStorage {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let mut table = self.table();
         if table.current(key).is_some() {
-            return Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            });
+            return Err(StorageError::already_exists(key));
         }
         Ok(Version::from_u64(table.put(key, record.clone())))
     }
@@ -376,9 +374,7 @@ impl Primitives for MemoryStorage {
     ) -> Result<Version, StorageError> {
         let mut table = self.table();
         if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
-            return Err(StorageError::Conflict {
-                key: key.to_owned(),
-            });
+            return Err(StorageError::conflict(key));
         }
         Ok(Version::from_u64(table.put(key, record.clone())))
     }
@@ -386,9 +382,7 @@ impl Primitives for MemoryStorage {
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
         let mut table = self.table();
         if table.version_of(key).is_none() || table.version_of(key) != expect_version(expected) {
-            return Err(StorageError::Conflict {
-                key: key.to_owned(),
-            });
+            return Err(StorageError::conflict(key));
         }
         table.remove(key);
         Ok(())

@@ -7,7 +7,11 @@
 //!   never comes back after a delete and a re-create (no ABA).
 //! * **Compare-and-set** with condition expressions: create is `PutItem` with
 //!   `attribute_not_exists(k)`, update is `PutItem` with `v = :expected`, delete is `DeleteItem`
-//!   with `v = :expected`; a `ConditionalCheckFailedException` is the typed conflict. Reads are
+//!   with `v = :expected`; a `ConditionalCheckFailedException` is the typed conflict. Each
+//!   `PutItem` asks for `ReturnValuesOnConditionCheckFailure=ALL_OLD`, so a refusal carries the
+//!   item the condition found ([`StorageError::with_current`]) and a contender that lost a race
+//!   decides on it without a `GetItem`: one request (an emulator without the option, such as
+//!   dynalite, costs the read). Reads are
 //!   `GetItem` with `ConsistentRead`. DynamoDB's conditional writes on one item and its strongly
 //!   consistent reads are linearizable (AWS documents both), which is all the engine needs.
 //! * **Time: observed** ([`TimeSource::Observed`], proof in
@@ -170,15 +174,17 @@ impl DynamoDbStorage {
         Ok((key.to_owned(), Stored { record, version }))
     }
 
-    /// One conditional `PutItem` of `record` under `key`: the new version, or `None` when the
-    /// condition failed.
+    /// One conditional `PutItem` of `record` under `key`: the new version, or `refused(key)`
+    /// when the condition failed, carrying the item the service found
+    /// (`ReturnValuesOnConditionCheckFailure`), so that a lost race needs no `GetItem`.
     async fn put(
         &self,
         operation: &'static str,
         key: &str,
         record: &LockRecord,
         condition: Value,
-    ) -> Result<Option<Version>, StorageError> {
+        refused: fn(&str) -> StorageError,
+    ) -> Result<Version, StorageError> {
         let version: u64 = rand::random_range(1..=u64::MAX);
         let (bytes, written) = self.inner.seen.encode(record, version);
         let mut item = self.key(key);
@@ -186,13 +192,20 @@ impl DynamoDbStorage {
         item["v"] = json!({ "N": version.to_string() });
         let mut body = condition;
         body["Item"] = item;
+        body["ReturnValuesOnConditionCheckFailure"] = json!("ALL_OLD");
         match self.call(operation, "PutItem", body).await? {
             Ok(_) => {
                 let version = Version::from_u64(version);
                 self.inner.seen.wrote(key, &version, written);
-                Ok(Some(version))
+                Ok(version)
             }
-            Err(refusal) if refusal.is(CONDITION_FAILED) => Ok(None),
+            // An emulator that ignores the option (dynalite) sends no item: the engine reads.
+            Err(refusal) if refusal.is(CONDITION_FAILED) => match refusal.body.get("Item") {
+                Some(found) if found.is_object() => {
+                    Err(refused(key).with_current(self.decode(found)?.1))
+                }
+                _ => Err(refused(key)),
+            },
             Err(refusal) => Err(refusal.into_error(operation)),
         }
     }
@@ -288,13 +301,7 @@ fn expected_version(key: &str, expected: &Version) -> Result<Value, StorageError
         .as_u64()
         .filter(|&v| v != 0)
         .map(|v| json!({ ":v": { "N": v.to_string() } }))
-        .ok_or_else(|| conflict(key))
-}
-
-fn conflict(key: &str) -> StorageError {
-    StorageError::Conflict {
-        key: key.to_owned(),
-    }
+        .ok_or_else(|| StorageError::conflict(key))
 }
 
 /// Configures a [`DynamoDbStorage`]: from a URL or with setters, then [`Self::open`].
@@ -638,11 +645,10 @@ impl Primitives for DynamoDbStorage {
 
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         let condition = json!({ "ConditionExpression": "attribute_not_exists(k)" });
-        self.put("create", key, record, condition)
-            .await?
-            .ok_or_else(|| StorageError::AlreadyExists {
-                key: key.to_owned(),
-            })
+        self.put("create", key, record, condition, |key| {
+            StorageError::already_exists(key)
+        })
+        .await
     }
 
     async fn update(
@@ -655,9 +661,10 @@ impl Primitives for DynamoDbStorage {
             "ConditionExpression": "v = :v",
             "ExpressionAttributeValues": expected_version(key, expected)?,
         });
-        self.put("update", key, record, condition)
-            .await?
-            .ok_or_else(|| conflict(key))
+        self.put("update", key, record, condition, |key| {
+            StorageError::conflict(key)
+        })
+        .await
     }
 
     async fn delete(&self, key: &str, expected: &Version) -> Result<(), StorageError> {
@@ -671,7 +678,7 @@ impl Primitives for DynamoDbStorage {
                 self.inner.seen.forget(key);
                 Ok(())
             }
-            Err(refusal) if refusal.is(CONDITION_FAILED) => Err(conflict(key)),
+            Err(refusal) if refusal.is(CONDITION_FAILED) => Err(StorageError::conflict(key)),
             Err(refusal) => Err(refusal.into_error("delete")),
         }
     }

@@ -168,6 +168,21 @@ macro_rules! on_emulator {
 on_emulator!(ministack, "STORAGE_LOCK_DYNAMODB_URL");
 on_emulator!(dynalite, "STORAGE_LOCK_DYNALITE_URL");
 
+/// On ministack, which returns the item a failed condition found (as DynamoDB does with
+/// `ReturnValuesOnConditionCheckFailure`), a lost race is answered busy from the refusal, with
+/// no `GetItem`. dynalite ignores the option: there the engine reads (its suites pass that way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_race_costs_one_request() {
+    let url = env("STORAGE_LOCK_DYNAMODB_URL");
+    let prefix = unique("lost");
+    let open = || builder(&url, &prefix).open();
+    storage_lock_testkit::conformance::a_lost_race_costs_one_request(
+        open().await.unwrap(),
+        open().await.unwrap(),
+    )
+    .await;
+}
+
 /// An emulator of this test's own, started by `script` (`STORAGE_LOCK_S3_EMULATOR` or
 /// `STORAGE_LOCK_DYNALITE`), and a URL of it.
 fn own_emulator(script: &str) -> (ServerProcess, String, tempfile::TempDir) {

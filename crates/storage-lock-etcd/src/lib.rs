@@ -2,7 +2,10 @@
 //!
 //! * **Compare-and-set** is one `Txn` per write: `create_revision == 0` to create, `mod_revision
 //!   == expected` to update or delete. The record's version is its `mod_revision`, so every
-//!   write yields a version never seen before for that key, even after a delete.
+//!   write yields a version never seen before for that key, even after a delete. The `Txn`'s
+//!   failure branch reads the key, so a refusal carries the record as etcd holds it
+//!   ([`StorageError::with_current`]) and a contender that lost a race decides on it with no
+//!   second request.
 //! * **Lock operations** are the engine's defaults on these primitives: one compare-and-set
 //!   `Txn` on the version of the record this storage last wrote or saw (its own writes, its
 //!   reads, and every record the watch delivers; [`Primitives::known`]), so a holder's renewal
@@ -47,7 +50,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KvClient, Txn, TxnOp,
-    WatchOptions, WatchStream,
+    TxnOpResponse, WatchOptions, WatchStream,
 };
 use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::storage::url::UrlParts;
@@ -285,22 +288,52 @@ impl EtcdStorage {
     async fn cas(
         &self,
         operation: &'static str,
+        key: &str,
         compare: Compare,
         op: TxnOp,
-    ) -> Result<Option<Version>, StorageError> {
+        refused: fn(&str) -> StorageError,
+    ) -> Result<Version, StorageError> {
+        let read = TxnOp::get(self.full(key), None);
         let resp = self
             .kv()
-            .txn(Txn::new().when([compare]).and_then([op]))
+            .txn(Txn::new().when([compare]).and_then([op]).or_else([read]))
             .await
             .map_err(err(operation))?;
         if !resp.succeeded() {
-            return Ok(None);
+            let received = self.seen.now();
+            let found = match resp.op_responses().first() {
+                Some(TxnOpResponse::Get(got)) => self.found(key, got.kvs(), received)?,
+                _ => None,
+            };
+            return Err(match found {
+                Some(current) => refused(key).with_current(current),
+                None => refused(key),
+            });
         }
         let revision = resp
             .header()
             .map(|h| h.revision())
             .ok_or_else(|| StorageError::backend(NAME, operation, "no header in the answer"))?;
-        Ok(Some(revision_version(revision)))
+        Ok(revision_version(revision))
+    }
+
+    /// The record of `key` in a read's answer (`kvs`, received at `received`), decoded with
+    /// the observation rule; `None` (and `key` forgotten) when the key is absent.
+    fn found(
+        &self,
+        key: &str,
+        kvs: &[etcd_client::KeyValue],
+        received: Timestamp,
+    ) -> Result<Option<Stored>, StorageError> {
+        let Some(kv) = kvs.first() else {
+            self.seen.forget(key);
+            return Ok(None);
+        };
+        let version = revision_version(kv.mod_revision());
+        Ok(Some(Stored {
+            record: self.seen.read(key, &version, kv.value(), received)?,
+            version,
+        }))
     }
 }
 
@@ -314,9 +347,7 @@ fn expected_revision(key: &str, v: &Version) -> Result<i64, StorageError> {
     v.as_u64()
         .and_then(|n| i64::try_from(n).ok())
         .filter(|&n| n > 0)
-        .ok_or_else(|| StorageError::Conflict {
-            key: key.to_owned(),
-        })
+        .ok_or_else(|| StorageError::conflict(key))
 }
 
 fn err(operation: &'static str) -> impl Fn(etcd_client::Error) -> StorageError {
@@ -365,20 +396,7 @@ impl Storage for EtcdStorage {
             .get(self.full(key), None)
             .await
             .map_err(err("get"))?;
-        let received = self.seen.now();
-        if resp.kvs().is_empty() {
-            self.seen.forget(key);
-        }
-        resp.kvs()
-            .first()
-            .map(|kv| {
-                let version = revision_version(kv.mod_revision());
-                Ok(Stored {
-                    record: self.seen.read(key, &version, kv.value(), received)?,
-                    version,
-                })
-            })
-            .transpose()
+        self.found(key, resp.kvs(), self.seen.now())
     }
 
     async fn list(&self, prefix: &str, page: &PageRequest) -> Result<Page, StorageError> {
@@ -448,13 +466,12 @@ impl Primitives for EtcdStorage {
         let version = self
             .cas(
                 "create",
+                key,
                 Compare::create_revision(k, CompareOp::Equal, 0),
                 put,
+                |key| StorageError::already_exists(key),
             )
-            .await?
-            .ok_or_else(|| StorageError::AlreadyExists {
-                key: key.to_owned(),
-            })?;
+            .await?;
         self.seen.wrote(key, &version, written);
         Ok(version)
     }
@@ -472,13 +489,12 @@ impl Primitives for EtcdStorage {
         let version = self
             .cas(
                 "update",
+                key,
                 Compare::mod_revision(k, CompareOp::Equal, rev),
                 put,
+                |key| StorageError::conflict(key),
             )
-            .await?
-            .ok_or_else(|| StorageError::Conflict {
-                key: key.to_owned(),
-            })?;
+            .await?;
         self.seen.wrote(key, &version, written);
         Ok(version)
     }
@@ -489,13 +505,12 @@ impl Primitives for EtcdStorage {
         let del = TxnOp::delete(k.clone(), None);
         self.cas(
             "delete",
+            key,
             Compare::mod_revision(k, CompareOp::Equal, rev),
             del,
+            |key| StorageError::conflict(key),
         )
-        .await?
-        .ok_or_else(|| StorageError::Conflict {
-            key: key.to_owned(),
-        })?;
+        .await?;
         self.seen.forget(key);
         Ok(())
     }

@@ -212,6 +212,14 @@ async fn a_known_record_saves_the_read() {
     storage_lock_testkit::conformance::a_known_record_saves_the_read(etcd().await).await;
 }
 
+/// A contender that lost the race on a stale hint answers busy from the refused `Txn` (its
+/// failure branch reads the key), with no second request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_race_costs_one_request() {
+    storage_lock_testkit::conformance::a_lost_race_costs_one_request(etcd().await, etcd().await)
+        .await;
+}
+
 /// A waiter woken by the release (the watch carries the record) takes the lock in one request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_woken_waiter_takes_the_lock_in_one_request() {

@@ -274,13 +274,7 @@ fn cas_of(key: &str, expected: &Version) -> Result<u64, StorageError> {
     expected
         .as_u64()
         .filter(|&c| c != 0)
-        .ok_or_else(|| conflict(key))
-}
-
-fn conflict(key: &str) -> StorageError {
-    StorageError::Conflict {
-        key: key.to_owned(),
-    }
+        .ok_or_else(|| StorageError::conflict(key))
 }
 
 /// `LEN:KEY` + rest → (KEY, rest).
@@ -573,9 +567,7 @@ impl Primitives for MemcachedStorage {
     async fn create(&self, key: &str, record: &LockRecord) -> Result<Version, StorageError> {
         match self.set("create", key, record, "ME").await? {
             Ok(version) => Ok(version),
-            Err(Reply::NotStored) => Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            }),
+            Err(Reply::NotStored) => Err(StorageError::already_exists(key)),
             Err(other) => Err(StorageError::backend(NAME, "create", format!("{other:?}"))),
         }
     }
@@ -589,7 +581,7 @@ impl Primitives for MemcachedStorage {
         let cas = cas_of(key, expected)?;
         match self.set("update", key, record, &format!("C{cas}")).await? {
             Ok(version) => Ok(version),
-            Err(Reply::Exists | Reply::NotFound) => Err(conflict(key)),
+            Err(Reply::Exists | Reply::NotFound) => Err(StorageError::conflict(key)),
             Err(other) => Err(StorageError::backend(NAME, "update", format!("{other:?}"))),
         }
     }
@@ -604,7 +596,7 @@ impl Primitives for MemcachedStorage {
                 self.inner.seen.forget(key);
                 Ok(())
             }
-            Reply::Exists | Reply::NotFound => Err(conflict(key)),
+            Reply::Exists | Reply::NotFound => Err(StorageError::conflict(key)),
             other => Err(StorageError::backend(NAME, "delete", format!("{other:?}"))),
         }
     }

@@ -412,9 +412,7 @@ impl NatsStorage {
     /// `AlreadyExists`: any other failure (a timeout whose write may have landed) stays an error
     /// of unknown outcome.
     async fn create_value(&self, key: &str, value: bytes::Bytes) -> Result<Version, StorageError> {
-        let exists = || StorageError::AlreadyExists {
-            key: key.to_owned(),
-        };
+        let exists = || StorageError::already_exists(key);
         let k = self.full(key);
         match self.store.update(&k, value.clone(), 0).await {
             Ok(rev) => return Ok(Version::from_u64(rev)),
@@ -569,9 +567,7 @@ fn err<E: std::error::Error + Send + Sync + 'static>(
 fn revision(key: &str, v: &Version) -> Result<u64, StorageError> {
     v.as_u64()
         .filter(|&r| r != 0)
-        .ok_or_else(|| StorageError::Conflict {
-            key: key.to_owned(),
-        })
+        .ok_or_else(|| StorageError::conflict(key))
 }
 
 #[async_trait]
@@ -681,9 +677,7 @@ impl Primitives for NatsStorage {
                 self.seen.wrote(key, &version, written);
                 Ok(version)
             }
-            Err(e) if lost_expectation(&e) => Err(StorageError::Conflict {
-                key: key.to_owned(),
-            }),
+            Err(e) if lost_expectation(&e) => Err(StorageError::conflict(key)),
             Err(e) => Err(StorageError::backend(NAME, "update", e)),
         }
     }
@@ -699,9 +693,7 @@ impl Primitives for NatsStorage {
                 self.seen.forget(key);
                 Ok(())
             }
-            Err(e) if lost_expectation(&e) => Err(StorageError::Conflict {
-                key: key.to_owned(),
-            }),
+            Err(e) if lost_expectation(&e) => Err(StorageError::conflict(key)),
             Err(e) => Err(StorageError::backend(NAME, "delete", e)),
         }
     }

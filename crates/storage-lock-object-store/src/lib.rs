@@ -661,9 +661,7 @@ impl Primitives for ObjectStoreStorage {
             Err(
                 object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. },
-            ) => Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            }),
+            ) => Err(StorageError::already_exists(key)),
             Err(e) => Err(err("create")(e)),
         }
     }
@@ -674,9 +672,7 @@ impl Primitives for ObjectStoreStorage {
         expected: &Version,
         record: &LockRecord,
     ) -> Result<Version, StorageError> {
-        let conflict = || StorageError::Conflict {
-            key: key.to_owned(),
-        };
+        let conflict = || StorageError::conflict(key);
         let Some(expected) = update_version(expected) else {
             return Err(conflict());
         };

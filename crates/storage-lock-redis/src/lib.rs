@@ -985,9 +985,7 @@ impl Primitives for RedisStorage {
             self.replicated(&writer, "create").await?;
             Ok(version)
         } else {
-            Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            })
+            Err(StorageError::already_exists(key))
         }
     }
 
@@ -1010,9 +1008,7 @@ impl Primitives for RedisStorage {
             }
             Ok(version)
         } else {
-            Err(StorageError::Conflict {
-                key: key.to_owned(),
-            })
+            Err(StorageError::conflict(key))
         }
     }
 
@@ -1029,9 +1025,7 @@ impl Primitives for RedisStorage {
         if deleted == 1 {
             self.replicated(&writer, "delete").await
         } else {
-            Err(StorageError::Conflict {
-                key: key.to_owned(),
-            })
+            Err(StorageError::conflict(key))
         }
     }
 }

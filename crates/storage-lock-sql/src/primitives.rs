@@ -105,7 +105,7 @@ macro_rules! impl_sql_storage {
             if done.rows_affected() == 1 {
                 Ok(crate::row::version_of(version))
             } else {
-                Err(storage_lock_core::StorageError::AlreadyExists { key: key.to_owned() })
+                Err(storage_lock_core::StorageError::already_exists(key))
             }
         }
 
@@ -143,7 +143,7 @@ macro_rules! impl_sql_storage {
                 }
                 Ok(crate::row::version_of(version))
             } else {
-                Err(storage_lock_core::StorageError::Conflict { key: key.to_owned() })
+                Err(storage_lock_core::StorageError::conflict(key))
             }
         }
 
@@ -163,7 +163,7 @@ macro_rules! impl_sql_storage {
             if done.rows_affected() == 1 {
                 Ok(())
             } else {
-                Err(storage_lock_core::StorageError::Conflict { key: key.to_owned() })
+                Err(storage_lock_core::StorageError::conflict(key))
             }
         }
         }

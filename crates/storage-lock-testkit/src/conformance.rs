@@ -10,7 +10,8 @@ use storage_lock_core::StorageExt;
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
     AcquireOutcome, AcquireRequest, Clock, HolderInfo, LockRecord, OwnerId, PageRequest,
-    ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, SystemClock,
+    ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored, SystemClock,
+    Version,
 };
 
 use crate::{cas, unique_prefix};
@@ -84,7 +85,8 @@ pub async fn create_then_get<S: Storage>(s: S) {
     }
 }
 
-/// A second `create` of one key is [`StorageError::AlreadyExists`] and changes nothing.
+/// A second `create` of one key is [`StorageError::AlreadyExists`] and changes nothing; a
+/// record the refusal carries is the one stored.
 pub async fn create_duplicate_is_already_exists<S: Storage>(s: S) {
     let key = unique_prefix("dup") + "k";
     let first = record(OwnerId::random(), 1, None);
@@ -94,11 +96,24 @@ pub async fn create_duplicate_is_already_exists<S: Storage>(s: S) {
         .await
         .unwrap_err();
     assert!(matches!(err, StorageError::AlreadyExists { .. }), "{err:?}");
-    assert_eq!(s.get(&key).await.unwrap().unwrap().record, first);
+    let stored = s.get(&key).await.unwrap().unwrap();
+    assert_eq!(stored.record, first);
+    carries_the_stored_record(&err, &stored);
 }
 
-/// `update` with a stale version, or of a missing key, is [`StorageError::Conflict`]; a
-/// successful update yields a new version.
+/// Panics unless the record `err` carries, if any ([`StorageError::with_current`]), is `stored`
+/// (same version, same holder and token): what the default operations decide a retry on.
+pub fn carries_the_stored_record(err: &StorageError, stored: &Stored) {
+    if let Some(carried) = err.current() {
+        assert_eq!(carried.version, stored.version, "{err:?}");
+        assert_eq!(carried.record.owner, stored.record.owner, "{err:?}");
+        assert_eq!(carried.record.fencing, stored.record.fencing, "{err:?}");
+        assert_eq!(carried.record.count, stored.record.count, "{err:?}");
+    }
+}
+
+/// `update` with a stale version, or of a missing key, is [`StorageError::Conflict`] (carrying,
+/// if anything, the record stored); a successful update yields a new version.
 pub async fn stale_update_is_conflict<S: Storage>(s: S) {
     let p = unique_prefix("stale_update");
     let key = format!("{p}k");
@@ -114,7 +129,9 @@ pub async fn stale_update_is_conflict<S: Storage>(s: S) {
         .await
         .unwrap_err();
     assert!(matches!(err, StorageError::Conflict { .. }), "{err:?}");
-    assert_eq!(s.get(&key).await.unwrap().unwrap().record, second);
+    let stored = s.get(&key).await.unwrap().unwrap();
+    assert_eq!(stored.record, second);
+    carries_the_stored_record(&err, &stored);
     let err = cas(&s)
         .update(&format!("{p}missing"), &v2, &second)
         .await
@@ -341,25 +358,41 @@ pub async fn clock_is_sane<S: Storage>(s: S) {
 
 /// Only the owner's live hold renews; an expired one does not, even if nobody took it.
 pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
-    let key = unique_prefix("renew") + "k";
+    let p = unique_prefix("renew");
     let a = OwnerId::random();
-    let acquired = s
-        .acquire_once(&key, &request(a, Duration::from_millis(300), false))
-        .await
-        .unwrap();
-    let AcquireOutcome::Acquired { expires_at, .. } = acquired else {
-        panic!("{acquired:?}")
-    };
-    assert_eq!(
-        s.renew(&key, OwnerId::random(), Duration::from_secs(5))
+    // The owner renews within a short lease; a machine too loaded to renew within it (the
+    // renewal came later than the lease after the acquisition was sent) proves nothing: again,
+    // on a fresh key, with a lease twice as long.
+    let mut lease = Duration::from_millis(300);
+    let key = loop {
+        let key = format!("{p}k{}", lease.as_millis());
+        let sent = tokio::time::Instant::now();
+        let acquired = s
+            .acquire_once(&key, &request(a, lease, false))
             .await
-            .unwrap(),
-        RenewOutcome::NotHeld
-    );
-    match s.renew(&key, a, Duration::from_secs(5)).await.unwrap() {
-        RenewOutcome::Renewed { expires_at: later } => assert!(later > expires_at),
-        other => panic!("{other:?}"),
-    }
+            .unwrap();
+        let AcquireOutcome::Acquired { expires_at, .. } = acquired else {
+            panic!("{acquired:?}")
+        };
+        assert_eq!(
+            s.renew(&key, OwnerId::random(), Duration::from_secs(5))
+                .await
+                .unwrap(),
+            RenewOutcome::NotHeld
+        );
+        match s.renew(&key, a, Duration::from_secs(5)).await.unwrap() {
+            RenewOutcome::Renewed { expires_at: later } => {
+                assert!(later > expires_at);
+                break key;
+            }
+            other => assert!(
+                sent.elapsed() >= lease && lease < Duration::from_secs(10),
+                "{other:?} {:?} into a {lease:?} lease",
+                sent.elapsed()
+            ),
+        }
+        lease *= 2;
+    };
     match s.renew(&key, a, Duration::from_millis(100)).await.unwrap() {
         RenewOutcome::Renewed { .. } => {}
         other => panic!("{other:?}"),
@@ -492,24 +525,37 @@ pub async fn renew_many_decides_each_key_on_its_own<S: Storage>(s: S) {
 
 /// An expired hold is free: another owner takes it with the next fencing token.
 pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
-    let key = unique_prefix("takeover") + "k";
-    let first = fencing_of(
-        &s.acquire_once(
-            &key,
-            &request(OwnerId::random(), Duration::from_millis(100), false),
-        )
-        .await
-        .unwrap(),
-    );
-    let busy = s
-        .acquire_once(
-            &key,
-            &request(OwnerId::random(), Duration::from_secs(30), false),
-        )
-        .await
-        .unwrap();
-    assert!(matches!(busy, AcquireOutcome::Busy { .. }), "{busy:?}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let p = unique_prefix("takeover");
+    // A short lease, checked busy before it runs out; on a machine too loaded to check within
+    // it (the check came later than the lease after the first request was sent), the check
+    // proves nothing: again, on a fresh key, with a lease twice as long.
+    let mut lease = Duration::from_millis(100);
+    let (key, first) = loop {
+        let key = format!("{p}k{}", lease.as_millis());
+        let sent = tokio::time::Instant::now();
+        let first = fencing_of(
+            &s.acquire_once(&key, &request(OwnerId::random(), lease, false))
+                .await
+                .unwrap(),
+        );
+        let busy = s
+            .acquire_once(
+                &key,
+                &request(OwnerId::random(), Duration::from_secs(30), false),
+            )
+            .await
+            .unwrap();
+        if matches!(busy, AcquireOutcome::Busy { .. }) {
+            break (key, first);
+        }
+        assert!(
+            sent.elapsed() >= lease && lease < Duration::from_secs(10),
+            "taken {:?} into a {lease:?} lease: {busy:?}",
+            sent.elapsed()
+        );
+        lease *= 2;
+    };
+    tokio::time::sleep(lease * 2).await;
     let second = s
         .acquire_once(
             &key,
@@ -1165,4 +1211,63 @@ pub async fn a_woken_waiter_takes_the_lock_in_one_request<S: Storage, T: Storage
         0,
         "the woken waiter read nothing"
     );
+}
+
+/// For a storage whose refused compare-and-set carries the record it found
+/// ([`StorageError::with_current`]: etcd's `Txn` failure branch, DynamoDB's
+/// `ReturnValuesOnConditionCheckFailure`): a contender that lost the race on a stale hint
+/// answers busy from the refusal, with no read, and a refused `create` and `update` carry the
+/// stored record. `loser` must be a second client of `winner`'s storage (its own hints).
+pub async fn a_lost_race_costs_one_request<S: Storage, T: Storage>(winner: S, loser: T) {
+    use storage_lock_core::fault::{FaultyStorage, Op, PrimitivesOnly};
+    let key = unique_prefix("lost_race") + "k";
+    let (a, b) = (OwnerId::random(), OwnerId::random());
+    let lease = Duration::from_secs(30);
+    let counted = Arc::new(FaultyStorage::new(loser));
+    let l = PrimitivesOnly(counted.clone());
+    // The loser held the key and released it: its hint says "free".
+    let first = fencing_of(
+        &l.acquire_once(&key, &request(b, lease, false))
+            .await
+            .unwrap(),
+    );
+    l.release(&key, b).await.unwrap();
+    // Meanwhile the winner took it (nothing is waiting, so no notification refreshes the
+    // loser's hint).
+    let second = fencing_of(
+        &winner
+            .acquire_once(&key, &request(a, lease, false))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(second, first + 1);
+    let (reads, writes) = (counted.calls(Op::Get), counted.calls(Op::Update));
+    let busy = l
+        .acquire_once(&key, &request(b, lease, false))
+        .await
+        .unwrap();
+    assert!(busy.busy_for().is_some(), "{busy:?}");
+    assert_eq!(
+        (
+            counted.calls(Op::Get) - reads,
+            counted.calls(Op::Update) - writes
+        ),
+        (0, 1),
+        "one refused compare-and-set, no read"
+    );
+    // Both refusals carry what is stored.
+    let stored = winner.get(&key).await.unwrap().unwrap();
+    let refused = cas(&*counted)
+        .create(&key, &record(b, 1, None))
+        .await
+        .unwrap_err();
+    assert!(refused.current().is_some(), "{refused:?}");
+    carries_the_stored_record(&refused, &stored);
+    let stale = Version::from_u64(1);
+    let refused = cas(&*counted)
+        .update(&key, &stale, &record(b, 1, None))
+        .await
+        .unwrap_err();
+    assert!(refused.current().is_some(), "{refused:?}");
+    carries_the_stored_record(&refused, &stored);
 }

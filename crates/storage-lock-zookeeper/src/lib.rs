@@ -256,7 +256,7 @@ fn expected_version(key: &str, expected: &Version) -> Result<i32, StorageError> 
     let version = expected
         .as_u64()
         .and_then(|v| i32::try_from(v).ok())
-        .ok_or_else(|| conflict(key))?;
+        .ok_or_else(|| StorageError::conflict(key))?;
     if version > LAST_VERSION {
         return Err(StorageError::backend(
             NAME,
@@ -268,12 +268,6 @@ fn expected_version(key: &str, expected: &Version) -> Result<i32, StorageError> 
         ));
     }
     Ok(version)
-}
-
-fn conflict(key: &str) -> StorageError {
-    StorageError::Conflict {
-        key: key.to_owned(),
-    }
 }
 
 /// A ZooKeeper error as a storage error: a refused authentication is [`StorageError::Denied`].
@@ -683,9 +677,7 @@ impl Primitives for ZooKeeperStorage {
                 self.inner.seen.wrote(key, &version, written);
                 Ok(version)
             }
-            Answer::Refused(zk::Error::NodeExists) => Err(StorageError::AlreadyExists {
-                key: key.to_owned(),
-            }),
+            Answer::Refused(zk::Error::NodeExists) => Err(StorageError::already_exists(key)),
             Answer::Refused(zk::Error::NoNode) => Err(StorageError::backend(
                 NAME,
                 "create",
@@ -712,7 +704,9 @@ impl Primitives for ZooKeeperStorage {
                 self.inner.seen.wrote(key, &version, written);
                 Ok(version)
             }
-            Answer::Refused(zk::Error::BadVersion | zk::Error::NoNode) => Err(conflict(key)),
+            Answer::Refused(zk::Error::BadVersion | zk::Error::NoNode) => {
+                Err(StorageError::conflict(key))
+            }
             Answer::Refused(e) => Err(error("update", e)),
         }
     }

@@ -5,6 +5,9 @@
 //! Where the storage knows the record already ([`Primitives::known`]) the first attempt decides
 //! on that instead of reading: a current hint saves the read, a stale one costs a failed
 //! compare-and-set, and a "busy" or "not held" decided on a hint is decided again on a read.
+//! Where a refused compare-and-set carries the record as the storage holds it
+//! ([`StorageError::with_current`]), the retry decides on that instead of reading: it is what a
+//! read right after the refusal would return, so a lost race costs one request.
 
 use std::time::Duration;
 
@@ -21,10 +24,10 @@ pub(super) async fn try_acquire<S: Primitives + ?Sized>(
     key: &str,
     req: &AcquireRequest,
 ) -> Result<AcquireOutcome, StorageError> {
-    let mut hint = s.known(key);
+    let mut next = Basis::hint(s.known(key));
     loop {
         let now = s.now().await?;
-        let (current, hinted) = current(s, key, &mut hint).await?;
+        let (current, hinted) = next.take(s, key).await?;
         let record = match current.as_ref().map(|c| &c.record) {
             Some(rec) if rec.is_held_at(now) => {
                 // Busy or reentry: the floor plays no part.
@@ -56,7 +59,10 @@ pub(super) async fn try_acquire<S: Primitives + ?Sized>(
         };
         let version = match write(s, key, current.as_ref(), &record).await {
             Ok(version) => version,
-            Err(e) if e.is_cas_conflict() => continue,
+            Err(e) if e.is_cas_conflict() => {
+                next = Basis::after_conflict(e);
+                continue;
+            }
             Err(e) => return Err(e),
         };
         if current.is_some() {
@@ -73,16 +79,48 @@ pub(super) async fn try_acquire<S: Primitives + ?Sized>(
     }
 }
 
-/// The record to decide on: the hint if one is left (taken, so a retry reads), else a read;
-/// and whether it was the hint.
-async fn current<S: Primitives + ?Sized>(
-    s: &S,
-    key: &str,
-    hint: &mut Option<Stored>,
-) -> Result<(Option<Stored>, bool), StorageError> {
-    match hint.take() {
-        Some(known) => Ok((Some(known), true)),
-        None => Ok((s.get(key).await?, false)),
+/// What an attempt of a default lock operation decides on.
+enum Basis {
+    /// A read of the record.
+    Read,
+    /// What the storage knew already ([`Primitives::known`]): possibly stale, so a "busy" or
+    /// "not held" decided on it is decided again on a read.
+    Hint(Stored),
+    /// The record a refused compare-and-set carried ([`StorageError::with_current`]): what the
+    /// storage held when it refused, as good as a read.
+    Carried(Stored),
+}
+
+impl Basis {
+    fn hint(known: Option<Stored>) -> Self {
+        known.map_or(Self::Read, Self::Hint)
+    }
+
+    /// After a compare-and-set conflict: what it carried, else a read.
+    fn after_conflict(e: StorageError) -> Self {
+        match e {
+            StorageError::AlreadyExists {
+                current: Some(c), ..
+            }
+            | StorageError::Conflict {
+                current: Some(c), ..
+            } => Self::Carried(*c),
+            _ => Self::Read,
+        }
+    }
+
+    /// The record to decide on (the next attempt reads, unless a conflict says otherwise), and
+    /// whether it was a hint.
+    async fn take<S: Primitives + ?Sized>(
+        &mut self,
+        s: &S,
+        key: &str,
+    ) -> Result<(Option<Stored>, bool), StorageError> {
+        match std::mem::replace(self, Self::Read) {
+            Self::Hint(known) => Ok((Some(known), true)),
+            Self::Carried(current) => Ok((Some(current), false)),
+            Self::Read => Ok((s.get(key).await?, false)),
+        }
     }
 }
 
@@ -116,10 +154,10 @@ pub(super) async fn renew<S: Primitives + ?Sized>(
     owner: OwnerId,
     lease: Duration,
 ) -> Result<RenewOutcome, StorageError> {
-    let mut hint = s.known(key);
+    let mut next = Basis::hint(s.known(key));
     loop {
         let now = s.now().await?;
-        let (current, hinted) = current(s, key, &mut hint).await?;
+        let (current, hinted) = next.take(s, key).await?;
         let (Some(c), Some(expires_at)) = (
             current.as_ref(),
             ops::decide_renew(current.as_ref().map(|c| &c.record), owner, now, lease),
@@ -139,7 +177,7 @@ pub(super) async fn renew<S: Primitives + ?Sized>(
                     expires_at: record.expires_at,
                 });
             }
-            Err(e) if e.is_cas_conflict() => continue,
+            Err(e) if e.is_cas_conflict() => next = Basis::after_conflict(e),
             Err(e) => return Err(e),
         }
     }
@@ -150,10 +188,10 @@ pub(super) async fn release<S: Primitives + ?Sized>(
     key: &str,
     owner: OwnerId,
 ) -> Result<ReleaseOutcome, StorageError> {
-    let mut hint = s.known(key);
+    let mut next = Basis::hint(s.known(key));
     loop {
         let now = s.now().await?;
-        let (current, hinted) = current(s, key, &mut hint).await?;
+        let (current, hinted) = next.take(s, key).await?;
         let (Some(c), Some(release)) = (
             current.as_ref(),
             ops::decide_release(current.as_ref().map(|c| &c.record), owner, now),
@@ -175,7 +213,7 @@ pub(super) async fn release<S: Primitives + ?Sized>(
                     fencing: record.fencing,
                 });
             }
-            Err(e) if e.is_cas_conflict() => continue,
+            Err(e) if e.is_cas_conflict() => next = Basis::after_conflict(e),
             Err(e) => return Err(e),
         }
     }

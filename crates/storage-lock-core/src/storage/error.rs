@@ -2,6 +2,8 @@
 
 use std::error::Error as StdError;
 
+use super::Stored;
+
 /// What a [`crate::Storage`] call can fail with.
 ///
 /// Conflicts are **typed**: backends map their native signal (affected rows, a failed
@@ -10,17 +12,25 @@ use std::error::Error as StdError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StorageError {
-    /// `create` found a record under the key.
+    /// `create` found a record under the key. Made by [`Self::already_exists`].
     #[error("a record already exists for key {key:?}")]
+    #[non_exhaustive]
     AlreadyExists {
         /// The key.
         key: String,
+        /// The record found, when the storage's refusal carried it ([`Self::with_current`]).
+        current: Option<Box<Stored>>,
     },
-    /// A conditional `update`/`delete` found another version (or no record).
+    /// A conditional `update`/`delete` found another version (or no record). Made by
+    /// [`Self::conflict`].
     #[error("the record for key {key:?} changed (version conflict)")]
+    #[non_exhaustive]
     Conflict {
         /// The key.
         key: String,
+        /// The record as it is now, when the storage's refusal carried it
+        /// ([`Self::with_current`]).
+        current: Option<Box<Stored>>,
     },
     /// The backend does not offer this operation.
     #[error("{backend} does not support {operation}")]
@@ -90,6 +100,65 @@ impl StorageError {
         Self::Config {
             backend: backend.into(),
             reason: reason.into(),
+        }
+    }
+
+    /// A [`StorageError::AlreadyExists`]: `create` found a record under `key`.
+    pub fn already_exists(key: impl Into<String>) -> Self {
+        Self::AlreadyExists {
+            key: key.into(),
+            current: None,
+        }
+    }
+
+    /// A [`StorageError::Conflict`]: a conditional write or delete of `key` found another
+    /// version, or no record.
+    pub fn conflict(key: impl Into<String>) -> Self {
+        Self::Conflict {
+            key: key.into(),
+            current: None,
+        }
+    }
+
+    /// A compare-and-set conflict that also says what the record is now, for a storage whose
+    /// refusal carries it (DynamoDB's `ReturnValuesOnConditionCheckFailure`, a transaction's
+    /// failure branch that reads the key): the default lock operations decide their retry on
+    /// it as on a read, so a lost race costs one request, not two. `current` must be what the
+    /// storage held when it refused, read as [`crate::Storage::get`] would read it. Other
+    /// errors are returned unchanged.
+    ///
+    /// # Examples
+    /// ```
+    /// use storage_lock_core::{LockRecord, OwnerId, StorageError, Stored, Timestamp, Version};
+    ///
+    /// let record = LockRecord {
+    ///     owner: OwnerId::from_u128(7),
+    ///     count: 1,
+    ///     fencing: 3,
+    ///     acquired_at: Timestamp::from_millis(0),
+    ///     expires_at: Timestamp::from_millis(30_000),
+    ///     holder: None,
+    /// };
+    /// let current = Stored { record, version: Version::from_u64(9) };
+    /// let e = StorageError::conflict("jobs/nightly").with_current(current.clone());
+    /// assert!(e.is_cas_conflict());
+    /// assert_eq!(e.current(), Some(&current));
+    /// ```
+    #[must_use]
+    pub fn with_current(mut self, stored: Stored) -> Self {
+        if let Self::AlreadyExists { current, .. } | Self::Conflict { current, .. } = &mut self {
+            *current = Some(Box::new(stored));
+        }
+        self
+    }
+
+    /// The record a compare-and-set conflict carried ([`Self::with_current`]), if any.
+    pub fn current(&self) -> Option<&Stored> {
+        match self {
+            Self::AlreadyExists { current, .. } | Self::Conflict { current, .. } => {
+                current.as_deref()
+            }
+            _ => None,
         }
     }
 
