@@ -22,11 +22,14 @@ import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading,
 # Binaries that take longest go first, so that the last ones to start are short. Names are
 # `package/target`; the rest keep cargo's order. Update from the table this script prints.
 SLOW_FIRST = [
-    "storage-lock-dynamodb/dynamodb", "storage-lock-etcd/etcd", "storage-lock-sql/mysql",
-    "storage-lock-nats/nats", "storage-lock-object-store/azure", "storage-lock-cli/torture",
-    "storage-lock-object-store/s3", "storage-lock-zookeeper/zookeeper", "storage-lock-sql/postgres",
-    "storage-lock-redis/cluster", "storage-lock-redis/redis", "storage-lock-redis/valkey",
-    "storage-lock-cli/run", "storage-lock-cli/commands", "storage-lock-memcached/memcached",
+    "storage-lock-dynamodb/dynamodb", "storage-lock-nats/nats", "storage-lock-etcd/etcd",
+    "storage-lock-sql/mysql", "storage-lock-sql/postgres", "storage-lock-redis/cluster",
+    "storage-lock-object-store/azure", "storage-lock-client/semantics", "storage-lock-cli/supervise",
+    "storage-lock-zookeeper/zookeeper", "storage-lock-object-store/s3", "storage-lock-sql/sqlite",
+    "storage-lock-redis/valkey", "storage-lock-redis/redis", "storage-lock-redis/durability",
+    "storage-lock-cli/run", "storage-lock-cli/options", "storage-lock-cli/torture",
+    "storage-lock-testkit/memory", "storage-lock/connection_loss", "storage-lock-cli/commands",
+    "storage-lock-memcached/memcached", "storage-lock/multiprocess",
 ]
 
 
