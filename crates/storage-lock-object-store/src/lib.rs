@@ -342,14 +342,25 @@ impl ObjectStoreStorageBuilder {
         Ok(builder)
     }
 
-    /// A builder from `STORAGE_LOCK_S3_URL` (see [`Self::from_url`]).
+    /// A builder from the URL in `STORAGE_LOCK_S3_URL` (feature `aws`) or, when that is unset,
+    /// `STORAGE_LOCK_AZURE_URL` (feature `azure`); see [`Self::from_url`].
     ///
     /// # Errors
-    /// [`StorageError::Config`] if the variable is unset or its URL is invalid.
-    #[cfg(feature = "aws")]
+    /// [`StorageError::Config`] if no such variable is set or its URL is invalid.
+    #[cfg(any(feature = "aws", feature = "azure"))]
     pub fn from_env() -> Result<Self, StorageError> {
-        let url = std::env::var("STORAGE_LOCK_S3_URL")
-            .map_err(|_| StorageError::config(NAME, "STORAGE_LOCK_S3_URL is not set"))?;
+        let vars = [
+            #[cfg(feature = "aws")]
+            "STORAGE_LOCK_S3_URL",
+            #[cfg(feature = "azure")]
+            "STORAGE_LOCK_AZURE_URL",
+        ];
+        let url = vars
+            .iter()
+            .find_map(|var| std::env::var(var).ok())
+            .ok_or_else(|| {
+                StorageError::config(NAME, format!("{} is not set", vars.join(" or ")))
+            })?;
         Self::from_url(&url)
     }
 

@@ -65,11 +65,14 @@ async fn fail_closed_and_recover_via(
 
     let cut = Instant::now();
     proxy.cut();
-    timeout(LEASE + Duration::from_millis(500), h.lost())
+    // The local deadline is at most LEASE after the acquisition was sent, which was before
+    // `cut`: from then on the handle says lost (`is_lost` reads the clock; only the wake-up of
+    // `lost()` waits for a timer, which a loaded machine may run late).
+    tokio::time::sleep_until(cut + LEASE).await;
+    assert!(h.is_lost(), "not lost at its local deadline");
+    timeout(Duration::from_secs(5), h.lost())
         .await
-        .expect("the handle must turn lost by its local deadline");
-    assert!(cut.elapsed() <= LEASE, "lost after {:?}", cut.elapsed());
-    assert!(h.is_lost());
+        .expect("lost() fired");
     // While cut off, acquisitions fail (or time out) instead of pretending.
     let during = timeout(
         Duration::from_secs(10),
