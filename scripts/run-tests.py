@@ -15,7 +15,8 @@ across the processes of one run (`storage_lock_testkit::restart::spare_port`).
 
 Each binary's output is printed whole when it ends (never interleaved), then a table of the
 binaries' wall times. A binary that runs longer than `--timeout` seconds is killed with its
-process group and counts as failed. The exit status is 1 when any binary failed.
+process group and counts as failed. The exit status is 1 when any binary failed or could not
+run; Ctrl-C or SIGTERM kills the running binaries' process groups and exits 130.
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 
@@ -46,9 +47,10 @@ def binaries(messages):
         if not msg.get("profile", {}).get("test"):
             continue
         target = msg["target"]
-        manifest = msg["manifest_path"]
-        pkg_dir = os.path.dirname(manifest)
-        pkg = os.path.basename(pkg_dir)
+        pkg_dir = os.path.dirname(msg["manifest_path"])
+        # `path+file:///…/DIR#VERSION`, or `…#NAME@VERSION` when the name is not DIR's.
+        fragment = msg.get("package_id", "").rpartition("#")[2]
+        pkg = fragment.partition("@")[0] if "@" in fragment else os.path.basename(pkg_dir)
         kind = target["kind"][0]
         name = f"{pkg}/{target['name']}" if kind != "lib" else f"{pkg}/lib"
         out.append((name, msg["executable"], pkg_dir, pkg))
@@ -60,11 +62,16 @@ def order(bins):
     return sorted(bins, key=lambda b: rank.get(b[0], len(rank)))
 
 
+class Stopped(Exception):
+    """SIGTERM (a cancelled CI job): stop like Ctrl-C does."""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1200)
     args = ap.parse_args()
+    jobs = max(1, args.jobs)
     bins = order(binaries(sys.stdin))
     if not bins:
         print("run-tests: cargo built no test binary", file=sys.stderr)
@@ -73,30 +80,43 @@ def main():
     queue = list(bins)
     lock = threading.Lock()
     results = []  # (name, seconds, ok)
+    running = {}  # name -> Popen, to stop on an interrupt
+    stopping = threading.Event()
     started = time.monotonic()
 
+    def run(name, exe, pkg_dir, pkg):
+        """(exit code, why, output) of one binary."""
+        env = dict(os.environ, CARGO_MANIFEST_DIR=pkg_dir, CARGO_PKG_NAME=pkg,
+                   STORAGE_LOCK_TEST_PORTS=ports)
+        with tempfile.TemporaryFile() as log:
+            proc = subprocess.Popen([exe], cwd=pkg_dir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            with lock:
+                running[name] = proc
+            try:
+                code, why = proc.wait(timeout=args.timeout), ""
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                code, why = proc.wait(), f" (killed after {args.timeout:.0f} s)"
+            finally:
+                with lock:
+                    running.pop(name, None)
+            log.seek(0)
+            return code, why, log.read().decode("utf-8", "replace")
+
     def worker():
-        while True:
+        while not stopping.is_set():
             with lock:
                 if not queue:
                     return
                 name, exe, pkg_dir, pkg = queue.pop(0)
-            env = dict(os.environ, CARGO_MANIFEST_DIR=pkg_dir, CARGO_PKG_NAME=pkg,
-                       STORAGE_LOCK_TEST_PORTS=ports)
             t0 = time.monotonic()
-            with tempfile.TemporaryFile() as log:
-                proc = subprocess.Popen([exe], cwd=pkg_dir, env=env, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
-                try:
-                    code = proc.wait(timeout=args.timeout)
-                    why = ""
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    code = proc.wait()
-                    why = f" (killed after {args.timeout:.0f} s)"
-                seconds = time.monotonic() - t0
-                log.seek(0)
-                text = log.read().decode("utf-8", "replace")
+            try:
+                code, why, text = run(name, exe, pkg_dir, pkg)
+            except Exception as e:  # a binary that could not run counts as failed
+                code, why, text = None, f" ({e})", ""
+            seconds = time.monotonic() - t0
             ok = code == 0
             with lock:
                 results.append((name, seconds, ok))
@@ -105,20 +125,37 @@ def main():
                       f"({time.monotonic() - started:.0f} s into the run)", flush=True)
                 print(text, end="" if text.endswith("\n") else "\n", flush=True)
 
-    threads = [threading.Thread(target=worker) for _ in range(max(1, args.jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    shutil.rmtree(ports, ignore_errors=True)
+    def stop(*_):
+        raise Stopped()
+
+    signal.signal(signal.SIGTERM, stop)
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(jobs)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=1)
+    except (KeyboardInterrupt, Stopped):
+        stopping.set()
+        with lock:
+            for proc in running.values():
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        print("run-tests: interrupted; the running test binaries were killed", file=sys.stderr)
+        return 130
+    finally:
+        shutil.rmtree(ports, ignore_errors=True)
     wall = time.monotonic() - started
-    print(f"\n==== {len(results)} test binaries, {args.jobs} at a time: {wall:.0f} s wall, "
+    print(f"\n==== {len(results)} test binaries, {jobs} at a time: {wall:.0f} s wall, "
           f"{sum(s for _, s, _ in results):.0f} s summed")
     for name, seconds, ok in sorted(results, key=lambda r: -r[1]):
         print(f"  {seconds:7.1f} s  {'ok    ' if ok else 'FAILED'}  {name}")
     failed = [name for name, _, ok in results if not ok]
-    if failed:
-        print(f"==== failed: {' '.join(failed)}")
+    if failed or len(results) != len(bins):
+        print(f"==== failed: {' '.join(failed)} ({len(bins) - len(results)} not run)")
         return 1
     return 0
 

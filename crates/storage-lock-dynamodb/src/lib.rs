@@ -199,13 +199,16 @@ impl DynamoDbStorage {
                 self.inner.seen.wrote(key, &version, written);
                 Ok(version)
             }
-            // An emulator that ignores the option (dynalite) sends no item: the engine reads.
-            Err(refusal) if refusal.is(CONDITION_FAILED) => match refusal.body.get("Item") {
-                Some(found) if found.is_object() => {
-                    Err(refused(key).with_current(self.decode(found)?.1))
+            // An emulator that ignores the option (dynalite) sends no item, and an item that
+            // does not decode is left to the retry's read to report: the engine reads.
+            Err(refusal) if refusal.is(CONDITION_FAILED) => {
+                match refusal.body.get("Item").map(|item| self.decode(item)) {
+                    Some(Ok((found, current))) if found == key => {
+                        Err(refused(key).with_current(current))
+                    }
+                    _ => Err(refused(key)),
                 }
-                _ => Err(refused(key)),
-            },
+            }
             Err(refusal) => Err(refusal.into_error(operation)),
         }
     }

@@ -301,8 +301,12 @@ impl EtcdStorage {
             .map_err(err(operation))?;
         if !resp.succeeded() {
             let received = self.seen.now();
+            // A record that does not decode is left to the retry's read to report: the
+            // refusal stays a typed conflict.
             let found = match resp.op_responses().first() {
-                Some(TxnOpResponse::Get(got)) => self.found(key, got.kvs(), received)?,
+                Some(TxnOpResponse::Get(got)) => {
+                    self.found(key, got.kvs(), received).ok().flatten()
+                }
                 _ => None,
             };
             return Err(match found {

@@ -20,22 +20,29 @@ use tokio::time::{Instant, sleep, timeout};
 /// Linux often hands the port just released to the next `bind(0)`: two tests of one binary
 /// (threads of one process) starting servers at once got the same port, one server failed to
 /// bind, and its test talked to the other test's server (a clean-clone CI run saw a Redis
-/// started without persistence answer as the other test's durable one). Remembering the ports
-/// given out rules that out within a test binary. `scripts/run-tests.py` runs several test
-/// binaries at once and names a fresh directory in `STORAGE_LOCK_TEST_PORTS`: a port is given
-/// only to the process that creates the file named by it there (`create_new`, atomic across
-/// processes), so no two binaries of one run get the same port either.
+/// started without persistence answer as the other test's durable one). So the port is drawn
+/// at random **below the ephemeral range** (`ip_local_port_range`, from 20000 up), where no
+/// `bind(0)` and no outgoing connection's local port can land, and is remembered: never
+/// given twice in this process. `scripts/run-tests.py` runs several test binaries at once and
+/// names a fresh directory in `STORAGE_LOCK_TEST_PORTS`: a port is given only to the process
+/// that creates the file named by it there (`create_new`, atomic across processes), so no two
+/// binaries of one run get the same port either.
 pub fn spare_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let shared = std::env::var_os("STORAGE_LOCK_TEST_PORTS").map(PathBuf::from);
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let below = 20000..ephemeral_from.max(20000 + 2000);
     let mut given = GIVEN
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // A port given before stays bound here until a new one is found, so it cannot come again.
-    let mut skipped = Vec::new();
     loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("a spare loopback port");
-        let port = listener.local_addr().expect("a bound address").port();
+        let port = rand::random_range(below.clone());
+        if given.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
         let claimed = shared.as_ref().is_none_or(|dir| {
             match std::fs::OpenOptions::new()
                 .write(true)
@@ -47,11 +54,10 @@ pub fn spare_port() -> u16 {
                 Err(e) => panic!("STORAGE_LOCK_TEST_PORTS ({}): {e}", dir.display()),
             }
         });
-        if !given.contains(&port) && claimed {
+        if claimed {
             given.push(port);
             return port;
         }
-        skipped.push(listener);
     }
 }
 
