@@ -421,6 +421,14 @@ sl_protoc() { # build tool: etcd-client compiles etcd's protos with protoc
 
 sl_faketime() { # test tool: a contender process whose wall clock runs ahead (libfaketime)
   command -v faketime >/dev/null || sl_install faketime || return 1
+  # libfaketime names a semaphore and a segment in /dev/shm after the process's PID and leaves
+  # them behind when the process is killed; the next process under libfaketime given that PID
+  # fails at start. Those of processes that are gone are removed.
+  local f
+  for f in /dev/shm/sem.faketime_sem_* /dev/shm/faketime_shm_*; do
+    [ -e "$f" ] && [ ! -d "/proc/${f##*_}" ] && rm -f "$f"
+  done
+  return 0
 }
 
 sl_protoc && sl_faketime && sl_postgres && sl_mariadb && sl_redis && sl_redis_durable && sl_redis_cluster && sl_valkey && sl_databases && sl_etcd \

@@ -273,12 +273,29 @@ fn torture_refuses_bad_input_in_one_line() {
     }
 }
 
-/// Every worker process is gone when torture ends, a skewed one too. (A skewed worker ran under
-/// libfaketime's `faketime`, which forks: the SIGKILLs of a kill fault and of the run's end
-/// reached `faketime` alone, and its worker lived on as an orphan, still writing to the
-/// storage, found by a CI run slowed down by them.)
+/// Every worker process is gone when torture ends, a skewed one too, and nothing of theirs is
+/// left in /dev/shm. (A skewed worker ran under libfaketime's `faketime`, which forks: the
+/// SIGKILLs of a kill fault and of the run's end reached `faketime` alone, and its worker lived
+/// on as an orphan, still writing to the storage, found by a CI run slowed down by them. Later,
+/// each killed `faketime` left a semaphore and a segment named after its PID in /dev/shm, and
+/// a CI run saw a later `faketime` with that PID fail: skew now preloads libfaketime itself.)
 #[test]
 fn torture_leaves_no_worker_process_behind() {
+    // libfaketime's files of processes that are gone (other tests' live workers have theirs).
+    let faketime_files = || -> std::collections::BTreeSet<String> {
+        std::fs::read_dir("/dev/shm")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.contains("faketime"))
+            .filter(|name| {
+                let pid = name.rsplit('_').next().unwrap_or_default();
+                !std::path::Path::new("/proc").join(pid).exists()
+            })
+            .collect()
+    };
+    let before = faketime_files();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("orphans.db").display());
     let (code, v, stderr) = torture(
@@ -304,4 +321,6 @@ fn torture_leaves_no_worker_process_behind() {
         .filter(|c| c.contains("__torture-worker") && c.contains(&url))
         .collect();
     assert!(left.is_empty(), "workers left running: {left:?}");
+    let new: Vec<_> = faketime_files().difference(&before).cloned().collect();
+    assert!(new.is_empty(), "left in /dev/shm: {new:?}");
 }

@@ -180,24 +180,65 @@ pub fn parse_faults(s: &str) -> Result<Faults, String> {
     Ok(Faults(faults))
 }
 
-/// Where libfaketime's `faketime` is, if it is on `PATH`.
-fn faketime() -> Option<std::path::PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join("faketime"))
+/// libfaketime's preload library, if it is installed: `STORAGE_LOCK_LIBFAKETIME`, else
+/// `libfaketime.so.1` under `/usr/lib/<multiarch>/faketime/` (Debian's `faketime` package),
+/// `/usr/lib/faketime/` or `/usr/local/lib/faketime/`.
+///
+/// It is preloaded directly ([`skewed_clock_env`]), not through the `faketime` wrapper, so the
+/// skewed process is the worker itself: its PID names what libfaketime leaves in `/dev/shm`,
+/// which torture removes when it kills the worker (see `Worker::forget_faketime`).
+pub fn libfaketime() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("STORAGE_LOCK_LIBFAKETIME") {
+        return Some(path.into());
+    }
+    let multiarch = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("faketime"));
+    multiarch
+        .chain(["/usr/lib/faketime", "/usr/local/lib/faketime"].map(std::path::PathBuf::from))
+        .map(|dir| dir.join("libfaketime.so.1"))
         .find(|path| path.is_file())
 }
 
+/// The environment that runs a process with its wall clock `skew` away (`+3600s`, `-1h`) under
+/// `lib` ([`libfaketime`]): the wall clock only; the monotonic and boot clocks, which time
+/// holds, stay true (as under an NTP step).
+pub fn skewed_clock_env(
+    lib: &std::path::Path,
+    skew: &str,
+) -> [(&'static str, std::ffi::OsString); 3] {
+    [
+        ("LD_PRELOAD", lib.into()),
+        ("FAKETIME", skew.into()),
+        ("DONT_FAKE_MONOTONIC", "1".into()),
+    ]
+}
+
 /// A running worker process and its id (its lane in the report).
-/// A worker process, alone in a process group of its own: a skewed worker runs under
-/// libfaketime's `faketime`, which forks, so a signal for the worker goes to the whole group
-/// (to `faketime` alone, a kill left the worker running as an orphan and a pause paused
-/// nothing). Dropping it kills the group.
+/// A worker process, alone in a process group of its own, and signalled as a group, so that
+/// nothing it starts outlives a kill or escapes a pause. Dropping it kills the group.
 struct Worker {
     id: u32,
     child: Child,
+    /// The PID of a worker under libfaketime (see [`Worker::forget_faketime`]).
+    skewed: Option<u32>,
 }
 
 impl Worker {
+    /// libfaketime 0.9.10 keeps a POSIX semaphore and a shared-memory segment named after the
+    /// process's PID in `/dev/shm` and removes them only when the process exits on its own; a
+    /// killed skewed worker leaves them behind, and a later process under libfaketime that is
+    /// given the same PID fails at start (`sem_open: File exists`, seen in a CI run). Removing
+    /// the names once the worker is killed leaves nothing behind.
+    fn forget_faketime(&self) {
+        if let Some(pid) = self.skewed {
+            let _ = std::fs::remove_file(format!("/dev/shm/sem.faketime_sem_{pid}"));
+            let _ = std::fs::remove_file(format!("/dev/shm/faketime_shm_{pid}"));
+        }
+    }
+
     /// Sends `signal` to the worker's process group (nothing once it was reaped).
     fn signal(&self, signal: Signal) {
         if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
@@ -209,12 +250,14 @@ impl Worker {
     async fn kill(&mut self) {
         self.signal(Signal::SIGKILL);
         let _ = self.child.wait().await;
+        self.forget_faketime();
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
         self.signal(Signal::SIGKILL);
+        self.forget_faketime();
     }
 }
 
@@ -229,7 +272,7 @@ struct Spawner {
     kind: String,
     mutation: String,
     url: String,
-    faketime: Option<std::path::PathBuf>,
+    libfaketime: Option<std::path::PathBuf>,
     next_id: u32,
     tally: Arc<Mutex<Tally>>,
 }
@@ -239,18 +282,10 @@ impl Spawner {
     fn spawn(&mut self, skew: Option<String>) -> Result<Worker, Failure> {
         let id = self.next_id;
         self.next_id += 1;
-        let mut cmd = match (&skew, &self.faketime) {
-            (Some(skew), Some(faketime)) => {
-                let mut cmd = Command::new(faketime);
-                // The wall clock only: the monotonic and boot clocks that time holds stay true.
-                cmd.arg("-f")
-                    .arg(skew)
-                    .arg(&self.exe)
-                    .env("DONT_FAKE_MONOTONIC", "1");
-                cmd
-            }
-            _ => Command::new(&self.exe),
-        };
+        let mut cmd = Command::new(&self.exe);
+        if let (Some(skew), Some(lib)) = (&skew, &self.libfaketime) {
+            cmd.envs(skewed_clock_env(lib, skew));
+        }
         cmd.arg(WORKER)
             .args([&self.register, &self.prefix, &self.names, &self.lease_ms])
             .arg(id.to_string())
@@ -265,12 +300,13 @@ impl Spawner {
             .map_err(|e| Failure::new(exit::INTERNAL, format!("cannot start a worker: {e}")))?;
         let mut tally = lock(&self.tally);
         let ms = tally.now_ms();
+        let skewed = skew.is_some().then(|| child.id()).flatten();
         tally.record(Event::Worker {
             ms,
             worker: id,
             skew,
         });
-        Ok(Worker { id, child })
+        Ok(Worker { id, child, skewed })
     }
 }
 
@@ -318,7 +354,7 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
         ));
     }
     drop(opened);
-    let faketime = faketime();
+    let libfaketime = libfaketime();
     // The proxy the workers reach the storage through, when the storage is on the network.
     let route = url.as_deref().map_or_else(
         || {
@@ -335,14 +371,14 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
             .into_iter()
             .filter(|f| match f {
                 Fault::Cut => route.is_ok(),
-                Fault::Skew => faketime.is_some(),
+                Fault::Skew => libfaketime.is_some(),
                 _ => true,
             })
             .collect(),
     };
-    if faults.contains(&Fault::Skew) && faketime.is_none() {
+    if faults.contains(&Fault::Skew) && libfaketime.is_none() {
         return Err(Failure::usage(
-            "skew needs libfaketime's faketime on PATH (Debian: apt install faketime)",
+            "skew needs libfaketime (Debian: apt install faketime; or STORAGE_LOCK_LIBFAKETIME=/path/to/libfaketime.so.1)",
         ));
     }
     let report_dir = match &args.report {
@@ -410,7 +446,7 @@ pub async fn torture(args: TortureArgs, url: Option<&str>, quiet: bool) -> Resul
             .map_or("none", mutant::Mutation::name)
             .to_owned(),
         url: worker_url.unwrap_or_default(),
-        faketime,
+        libfaketime,
         next_id: 0,
         tally: tally.clone(),
     };
