@@ -360,39 +360,32 @@ pub async fn clock_is_sane<S: Storage>(s: S) {
 pub async fn renew_requires_owner_and_live_hold<S: Storage>(s: S) {
     let p = unique_prefix("renew");
     let a = OwnerId::random();
-    // The owner renews within a short lease; a machine too loaded to renew within it (the
-    // renewal came later than the lease after the acquisition was sent) proves nothing: again,
-    // on a fresh key, with a lease twice as long.
-    let mut lease = Duration::from_millis(300);
-    let key = loop {
-        let key = format!("{p}k{}", lease.as_millis());
-        let sent = tokio::time::Instant::now();
-        let acquired = s
-            .acquire_once(&key, &request(a, lease, false))
-            .await
-            .unwrap();
-        let AcquireOutcome::Acquired { expires_at, .. } = acquired else {
-            panic!("{acquired:?}")
-        };
-        assert_eq!(
-            s.renew(&key, OwnerId::random(), Duration::from_secs(5))
+    // The owner renews within a short lease.
+    let s = &s;
+    let (key, _, ()) =
+        within_a_short_lease(&p, Duration::from_millis(300), |key, lease| async move {
+            let acquired = s
+                .acquire_once(&key, &request(a, lease, false))
                 .await
-                .unwrap(),
-            RenewOutcome::NotHeld
-        );
-        match s.renew(&key, a, Duration::from_secs(5)).await.unwrap() {
-            RenewOutcome::Renewed { expires_at: later } => {
-                assert!(later > expires_at);
-                break key;
+                .unwrap();
+            let AcquireOutcome::Acquired { expires_at, .. } = acquired else {
+                panic!("{acquired:?}")
+            };
+            assert_eq!(
+                s.renew(&key, OwnerId::random(), Duration::from_secs(5))
+                    .await
+                    .unwrap(),
+                RenewOutcome::NotHeld
+            );
+            match s.renew(&key, a, Duration::from_secs(5)).await.unwrap() {
+                RenewOutcome::Renewed { expires_at: later } => {
+                    assert!(later > expires_at);
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
             }
-            other => assert!(
-                sent.elapsed() >= lease && lease < Duration::from_secs(10),
-                "{other:?} {:?} into a {lease:?} lease",
-                sent.elapsed()
-            ),
-        }
-        lease *= 2;
-    };
+        })
+        .await;
     match s.renew(&key, a, Duration::from_millis(100)).await.unwrap() {
         RenewOutcome::Renewed { .. } => {}
         other => panic!("{other:?}"),
@@ -526,35 +519,28 @@ pub async fn renew_many_decides_each_key_on_its_own<S: Storage>(s: S) {
 /// An expired hold is free: another owner takes it with the next fencing token.
 pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
     let p = unique_prefix("takeover");
-    // A short lease, checked busy before it runs out; on a machine too loaded to check within
-    // it (the check came later than the lease after the first request was sent), the check
-    // proves nothing: again, on a fresh key, with a lease twice as long.
-    let mut lease = Duration::from_millis(100);
-    let (key, first) = loop {
-        let key = format!("{p}k{}", lease.as_millis());
-        let sent = tokio::time::Instant::now();
-        let first = fencing_of(
-            &s.acquire_once(&key, &request(OwnerId::random(), lease, false))
+    // A short lease, checked busy before it runs out.
+    let s = &s;
+    let (key, lease, first) =
+        within_a_short_lease(&p, Duration::from_millis(100), |key, lease| async move {
+            let first = fencing_of(
+                &s.acquire_once(&key, &request(OwnerId::random(), lease, false))
+                    .await
+                    .unwrap(),
+            );
+            let busy = s
+                .acquire_once(
+                    &key,
+                    &request(OwnerId::random(), Duration::from_secs(30), false),
+                )
                 .await
-                .unwrap(),
-        );
-        let busy = s
-            .acquire_once(
-                &key,
-                &request(OwnerId::random(), Duration::from_secs(30), false),
-            )
-            .await
-            .unwrap();
-        if matches!(busy, AcquireOutcome::Busy { .. }) {
-            break (key, first);
-        }
-        assert!(
-            sent.elapsed() >= lease && lease < Duration::from_secs(10),
-            "taken {:?} into a {lease:?} lease: {busy:?}",
-            sent.elapsed()
-        );
-        lease *= 2;
-    };
+                .unwrap();
+            match busy {
+                AcquireOutcome::Busy { .. } => Ok(first),
+                taken => Err(format!("taken: {taken:?}")),
+            }
+        })
+        .await;
     tokio::time::sleep(lease * 2).await;
     let second = s
         .acquire_once(
@@ -563,7 +549,37 @@ pub async fn expired_hold_is_taken_over_with_next_token<S: Storage>(s: S) {
         )
         .await
         .unwrap();
-    assert_next_token(&s, first, fencing_of(&second)).await;
+    assert_next_token(s, first, fencing_of(&second)).await;
+}
+
+/// Runs `attempt(key, lease)` on a fresh key under `p` with a short `lease`, which must check
+/// something before the lease runs out, and returns the key, the lease and what the attempt
+/// returned. An attempt that fails (`Err`) is a failed test when it ended within the lease
+/// (measured from before it began, so from before the lease began); on a machine too loaded to
+/// check within the lease it proves nothing, and runs again on a fresh key with a lease twice
+/// as long (up to 10 s).
+async fn within_a_short_lease<T, F, Fut>(
+    p: &str,
+    mut lease: Duration,
+    mut attempt: F,
+) -> (String, Duration, T)
+where
+    F: FnMut(String, Duration) -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    loop {
+        let key = format!("{p}k{}", lease.as_millis());
+        let sent = tokio::time::Instant::now();
+        match attempt(key.clone(), lease).await {
+            Ok(value) => return (key, lease, value),
+            Err(what) => assert!(
+                sent.elapsed() >= lease && lease < Duration::from_secs(10),
+                "{what} {:?} into a {lease:?} lease",
+                sent.elapsed()
+            ),
+        }
+        lease *= 2;
+    }
 }
 
 /// The token after `previous` on one key is `previous + 1`, unless the per-storage fencing

@@ -60,7 +60,7 @@ pub(super) async fn try_acquire<S: Primitives + ?Sized>(
         let version = match write(s, key, current.as_ref(), &record).await {
             Ok(version) => version,
             Err(e) if e.is_cas_conflict() => {
-                next = Basis::after_conflict(e);
+                next = Basis::after_conflict(&e);
                 continue;
             }
             Err(e) => return Err(e),
@@ -97,16 +97,8 @@ impl Basis {
     }
 
     /// After a compare-and-set conflict: what it carried, else a read.
-    fn after_conflict(e: StorageError) -> Self {
-        match e {
-            StorageError::AlreadyExists {
-                current: Some(c), ..
-            }
-            | StorageError::Conflict {
-                current: Some(c), ..
-            } => Self::Carried(*c),
-            _ => Self::Read,
-        }
+    fn after_conflict(e: &StorageError) -> Self {
+        e.current().cloned().map_or(Self::Read, Self::Carried)
     }
 
     /// The record to decide on (the next attempt reads, unless a conflict says otherwise), and
@@ -177,7 +169,7 @@ pub(super) async fn renew<S: Primitives + ?Sized>(
                     expires_at: record.expires_at,
                 });
             }
-            Err(e) if e.is_cas_conflict() => next = Basis::after_conflict(e),
+            Err(e) if e.is_cas_conflict() => next = Basis::after_conflict(&e),
             Err(e) => return Err(e),
         }
     }
@@ -213,7 +205,7 @@ pub(super) async fn release<S: Primitives + ?Sized>(
                     fencing: record.fencing,
                 });
             }
-            Err(e) if e.is_cas_conflict() => next = Basis::after_conflict(e),
+            Err(e) if e.is_cas_conflict() => next = Basis::after_conflict(&e),
             Err(e) => return Err(e),
         }
     }
