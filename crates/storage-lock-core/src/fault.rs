@@ -12,9 +12,9 @@ use async_trait::async_trait;
 
 use crate::storage::primitives_of;
 use crate::storage::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
-    PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError,
-    Stored, Timestamp, Version,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord,
+    OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage,
+    StorageError, Stored, Timestamp, Version,
 };
 
 /// One kind of [`Storage`] call, for [`FaultyStorage::calls`].
@@ -28,13 +28,14 @@ pub enum Op {
     Delete,
     List,
     AcquireOnce,
+    AcquireMany,
     Renew,
     RenewMany,
     Release,
     WaitForChange,
 }
 
-const OPS: usize = 11;
+const OPS: usize = 12;
 
 /// A storage that counts calls and fails or slows them on demand.
 #[derive(Debug)]
@@ -184,6 +185,14 @@ impl<S: Storage> Storage for FaultyStorage<S> {
             ));
         }
         outcome
+    }
+    async fn acquire_many(
+        &self,
+        keys: &[&str],
+        req: &AcquireRequest,
+    ) -> Result<AcquireManyOutcome, StorageError> {
+        self.enter(Op::AcquireMany).await?;
+        self.inner.acquire_many(keys, req).await
     }
     async fn renew(
         &self,

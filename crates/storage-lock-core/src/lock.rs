@@ -84,6 +84,59 @@ pub trait DistributedLock: Send + Sync {
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError>;
 
+    /// One attempt at every name in `names`, all or nothing, never waiting (whatever
+    /// `options.wait` says): the holds, in the order of `names`, or the position of a name
+    /// found busy, and then none is held. The step [`crate::kinds::acquire_all`] repeats; call
+    /// that instead (it sorts the names, so callers cannot deadlock, and waits).
+    ///
+    /// The default tries the names one by one and, at the first busy one, releases what it
+    /// took. A [`crate::StorageLock`] takes them with one [`crate::Storage::acquire_many`]
+    /// call: one round trip on a storage that overrides it (see its docs).
+    ///
+    /// # Errors
+    /// As [`DistributedLock::try_acquire`]; nothing is held after an error (a hold whose
+    /// release failed lapses at the end of its lease).
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::try_acquire`]: grants that land after the drop are released.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::LockError> {
+    /// use storage_lock_core::{AcquireOptions, DistributedLock, MemoryStorage, StorageLock};
+    /// let locks = StorageLock::new(MemoryStorage::new())?;
+    /// let held = locks.try_acquire("b", &AcquireOptions::default()).await?.expect("free");
+    /// let opts = AcquireOptions::default();
+    /// assert_eq!(locks.try_acquire_many(&["a", "b", "c"], &opts).await?.err(), Some(1));
+    /// held.release().await?;
+    /// let all = locks.try_acquire_many(&["a", "b", "c"], &opts).await?.expect("all free");
+    /// assert_eq!(all.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    async fn try_acquire_many(
+        &self,
+        names: &[&str],
+        options: &AcquireOptions,
+    ) -> Result<Result<Vec<LockHandle>, usize>, LockError> {
+        let once = options.clone().wait(Wait::Never);
+        let mut parts: Vec<LockHandle> = Vec::with_capacity(names.len());
+        for (index, name) in names.iter().enumerate() {
+            let failed = match self.try_acquire(name, &once).await {
+                Ok(Some(part)) => {
+                    parts.push(part);
+                    continue;
+                }
+                Ok(None) => Ok(Err(index)),
+                Err(e) => Err(e),
+            };
+            // A failed release leaves the part to lapse at its lease's end.
+            let released = parts.iter().map(LockHandle::release);
+            let _ = futures_util::future::join_all(released).await;
+            return failed;
+        }
+        Ok(Ok(parts))
+    }
+
     /// [`DistributedLock::try_acquire`] with the default lease (30 s, no auto-renew) and the given
     /// wait. Work that may outlast 30 s must use the options form with `auto_renew`.
     ///

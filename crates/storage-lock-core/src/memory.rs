@@ -16,9 +16,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::storage::TimeSource;
 use crate::storage::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use crate::storage::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord, OwnerId, Page,
-    PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError,
-    Stored, Timestamp, Version,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord,
+    OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage,
+    StorageError, Stored, Timestamp, Version,
 };
 
 /// A storage in this process's memory: one table for any number of keys, change notifications
@@ -181,6 +181,64 @@ impl Table {
     }
 }
 
+/// [`Storage::acquire_once`] on the locked table.
+fn acquire_in(
+    table: &mut Table,
+    key: &str,
+    req: &AcquireRequest,
+    now: Timestamp,
+) -> AcquireOutcome {
+    let hash = SmallKey::hash_str(&table.hasher, key);
+    let next = table.last_version + 1;
+    if let Some(entry) = table.entries.find_mut(hash, |e| e.key.is(key)) {
+        // One lookup for an existing key: decide and change the record in place.
+        let record = &mut entry.record;
+        let outcome = match ops::decide_acquire(Some(record), 0, now, req) {
+            AcquireDecision::Busy(outcome) => return outcome,
+            AcquireDecision::Take(taken) => {
+                *record = taken;
+                ops::acquired(record)
+            }
+            AcquireDecision::Reenter { count, expires_at } => {
+                record.count = count;
+                record.expires_at = expires_at;
+                ops::acquired(record)
+            }
+        };
+        entry.version = next;
+        table.last_version = next;
+        table.notify(key);
+        return outcome;
+    }
+    match ops::decide_acquire(None, table.floor(), now, req) {
+        AcquireDecision::Take(record) => {
+            let outcome = ops::acquired(&record);
+            table.put(key, record);
+            outcome
+        }
+        other => unreachable!("a fresh key is always taken, not {other:?}"),
+    }
+}
+
+/// [`Storage::release`] on the locked table.
+fn release_in(table: &mut Table, key: &str, owner: OwnerId, now: Timestamp) -> ReleaseOutcome {
+    let mut outcome = ReleaseOutcome::NotHeld;
+    table.modify(key, |record| {
+        if let Some(release) = ops::decide_release(Some(record), owner, now) {
+            record.count = release.count;
+            record.expires_at = release.expires_at;
+            outcome = ReleaseOutcome::Released {
+                remaining: release.count,
+                fencing: record.fencing,
+            };
+            true
+        } else {
+            false
+        }
+    });
+    outcome
+}
+
 fn renew_in(
     table: &mut Table,
     key: &str,
@@ -260,37 +318,40 @@ impl Storage for MemoryStorage {
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
         let now = self.clock.now();
+        Ok(acquire_in(&mut self.table(), key, req, now))
+    }
+
+    /// Every key under one lock of the table, on one reading of the clock: nobody sees part of
+    /// them taken. The keys are looked at before anything is written, so a busy answer changes
+    /// nothing.
+    async fn acquire_many(
+        &self,
+        keys: &[&str],
+        req: &AcquireRequest,
+    ) -> Result<AcquireManyOutcome, StorageError> {
+        let now = self.clock.now();
         let mut table = self.table();
-        let hash = SmallKey::hash_str(&table.hasher, key);
-        let next = table.last_version + 1;
-        if let Some(entry) = table.entries.find_mut(hash, |e| e.key.is(key)) {
-            // One lookup for an existing key: decide and change the record in place.
-            let record = &mut entry.record;
-            let outcome = match ops::decide_acquire(Some(record), 0, now, req) {
-                AcquireDecision::Busy(outcome) => return Ok(outcome),
-                AcquireDecision::Take(taken) => {
-                    *record = taken;
-                    ops::acquired(record)
-                }
-                AcquireDecision::Reenter { count, expires_at } => {
-                    record.count = count;
-                    record.expires_at = expires_at;
-                    ops::acquired(record)
-                }
-            };
-            entry.version = next;
-            table.last_version = next;
-            table.notify(key);
-            return Ok(outcome);
-        }
-        match ops::decide_acquire(None, table.floor(), now, req) {
-            AcquireDecision::Take(record) => {
-                let outcome = ops::acquired(&record);
-                table.put(key, record);
-                Ok(outcome)
+        for (index, key) in keys.iter().enumerate() {
+            if let AcquireDecision::Busy(outcome) =
+                ops::decide_acquire(table.current(key), 0, now, req)
+            {
+                return Ok(AcquireManyOutcome::Busy { index, outcome });
             }
-            other => unreachable!("a fresh key is always taken, not {other:?}"),
         }
+        let mut taken = Vec::with_capacity(keys.len());
+        for (index, key) in keys.iter().enumerate() {
+            match acquire_in(&mut table, key, req, now) {
+                outcome @ AcquireOutcome::Acquired { .. } => taken.push(outcome),
+                // Only a key given twice gets here: its first grant makes the second busy.
+                outcome => {
+                    for given_back in &keys[..index] {
+                        release_in(&mut table, given_back, req.owner, now);
+                    }
+                    return Ok(AcquireManyOutcome::Busy { index, outcome });
+                }
+            }
+        }
+        Ok(AcquireManyOutcome::Acquired(taken))
     }
 
     async fn renew(
@@ -318,22 +379,7 @@ impl Storage for MemoryStorage {
 
     async fn release(&self, key: &str, owner: OwnerId) -> Result<ReleaseOutcome, StorageError> {
         let now = self.clock.now();
-        let mut table = self.table();
-        let mut outcome = ReleaseOutcome::NotHeld;
-        table.modify(key, |record| {
-            if let Some(release) = ops::decide_release(Some(record), owner, now) {
-                record.count = release.count;
-                record.expires_at = release.expires_at;
-                outcome = ReleaseOutcome::Released {
-                    remaining: release.count,
-                    fencing: record.fencing,
-                };
-                true
-            } else {
-                false
-            }
-        });
-        Ok(outcome)
+        Ok(release_in(&mut self.table(), key, owner, now))
     }
 
     async fn wait_for_change(&self, key: &str) -> Result<ChangeWait, StorageError> {

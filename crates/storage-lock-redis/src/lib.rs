@@ -73,9 +73,10 @@ use redis::{Client, Script, Value};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, HolderInfo, LockRecord,
-    NotificationSource, Notifications, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome,
-    RenewOutcome, RenewRequest, SourceEvent, Storage, StorageError, Stored, Timestamp, Version,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability,
+    HolderInfo, LockRecord, NotificationSource, Notifications, OwnerId, Page, PageRequest,
+    Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, SourceEvent, Storage, StorageError,
+    Stored, Timestamp, Version,
 };
 
 const NAME: &str = "redis";
@@ -124,6 +125,7 @@ struct Scripts {
     update: Script,
     delete: Script,
     acquire: Script,
+    acquire_many: Script,
     renew: Script,
     renew_many: Script,
     release: Script,
@@ -400,6 +402,7 @@ impl RedisStorageBuilder {
                 update: Script::new(&scripts::update()),
                 delete: Script::new(scripts::DELETE),
                 acquire: Script::new(&scripts::acquire()),
+                acquire_many: Script::new(&scripts::acquire_many()),
                 renew: Script::new(&scripts::renew()),
                 renew_many: Script::new(&scripts::renew_many()),
                 release: Script::new(&scripts::release()),
@@ -606,6 +609,22 @@ fn corrupt(key: &str, reason: impl fmt::Display) -> StorageError {
 }
 
 /// A lease in milliseconds, clamped so that `now + lease` stays exact in Lua's doubles.
+/// A busy answer's `expires_at, now, host, pid, note` (the holder's), as the scripts return them.
+fn busy_outcome(key: &str, reply: &[Value]) -> Result<AcquireOutcome, StorageError> {
+    let holder = text(reply.get(2)).map(|host| {
+        Arc::new(HolderInfo {
+            host,
+            pid: text(reply.get(3)).and_then(|p| p.parse().ok()).unwrap_or(0),
+            note: text(reply.get(4)),
+        })
+    });
+    Ok(AcquireOutcome::Busy {
+        expires_at: Timestamp::from_millis(uint(key, reply.first())?),
+        now: Timestamp::from_millis(uint(key, reply.get(1))?),
+        holder,
+    })
+}
+
 fn lease_millis(lease: Duration) -> u64 {
     u64::try_from(lease.as_millis()).map_or(1 << 50, |ms| ms.min(1 << 50))
 }
@@ -856,17 +875,57 @@ impl Storage for RedisStorage {
             self.replicated(&writer, "acquire").await?;
             return Ok(granted);
         }
-        let holder = text(reply.get(3)).map(|host| {
-            Arc::new(HolderInfo {
-                host,
-                pid: text(reply.get(4)).and_then(|p| p.parse().ok()).unwrap_or(0),
-                note: text(reply.get(5)),
-            })
-        });
-        Ok(AcquireOutcome::Busy {
-            expires_at: Timestamp::from_millis(uint(key, reply.get(1))?),
-            now: Timestamp::from_millis(uint(key, reply.get(2))?),
-            holder,
+        busy_outcome(key, &reply[1.min(reply.len())..])
+    }
+
+    /// One script over every key (all in one slot on a cluster: the prefix's hash tag), on one
+    /// `TIME`: every record is looked at before any is written, so a busy key leaves the others
+    /// untouched and nobody sees part of them taken.
+    async fn acquire_many(
+        &self,
+        keys: &[&str],
+        req: &AcquireRequest,
+    ) -> Result<AcquireManyOutcome, StorageError> {
+        let Some(first) = keys.first() else {
+            return Ok(AcquireManyOutcome::Acquired(Vec::new()));
+        };
+        let mut writer = self.writer();
+        let mut inv = self.scripts.acquire_many.prepare_invoke();
+        for key in keys {
+            inv.key(self.redis_key(key));
+        }
+        inv.key(self.redis_key(FENCING_FLOOR_KEY))
+            .arg(version_arg(&Version::random()))
+            .arg(req.owner.to_string())
+            .arg(lease_millis(req.lease))
+            .arg(if req.reentrant { "1" } else { "0" });
+        holder_args(&mut inv, req.holder.as_deref());
+        let reply: Vec<Value> = inv
+            .invoke_async(&mut writer)
+            .await
+            .map_err(err("acquire"))?;
+        if int(first, reply.first())? == 1 {
+            let mut granted = Vec::with_capacity(keys.len());
+            for (i, key) in keys.iter().enumerate() {
+                let at = 1 + 3 * i;
+                granted.push(AcquireOutcome::Acquired {
+                    fencing: uint(key, reply.get(at))?,
+                    count: u32::try_from(uint(key, reply.get(at + 1))?)
+                        .map_err(|e| corrupt(key, e))?,
+                    expires_at: Timestamp::from_millis(uint(key, reply.get(at + 2))?),
+                });
+            }
+            self.replicated(&writer, "acquire").await?;
+            return Ok(AcquireManyOutcome::Acquired(granted));
+        }
+        let index = usize::try_from(uint(first, reply.get(1))?)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .filter(|&i| i < keys.len())
+            .ok_or_else(|| corrupt(first, "a busy position outside the keys"))?;
+        Ok(AcquireManyOutcome::Busy {
+            index,
+            outcome: busy_outcome(keys[index], &reply[2.min(reply.len())..])?,
         })
     }
 

@@ -55,50 +55,100 @@ if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1";
 
-/// KEYS = record, floor record; ARGV = version, owner, lease ms, reentrant, has_holder, host,
-/// pid, has_note, note. Returns `{1, fencing, count, expires_at}` when acquired, else
-/// `{0, expires_at, now, host, pid, note}` (the holder's). A busy answer marks the record
-/// (field `w`): only the release of a marked record publishes (see [`release`]). A new hold
-/// starts unmarked.
+/// The acquire rule, shared by [`acquire`] and [`acquire_many`]. ARGV = version, owner, lease
+/// ms, reentrant, has_holder, host, pid, has_note, note.
+const ACQUIRE_RULE: &str = r#"
+-- The record at `key` and what `acquire` would do with it: 'take', 'reenter' or 'busy'.
+local function look(key, now)
+  local r = redis.call('HMGET', key, 'o', 'c', 'f', 'e', 'hh', 'hn', 'w')
+  if r[2] and tonumber(r[2]) > 0 and tonumber(r[4]) > now then
+    if ARGV[4] == '1' and r[1] == ARGV[2] then return 'reenter', r end
+    return 'busy', r
+  end
+  return 'take', r
+end
+-- The busy answer for `key` (held, as `look` found in `r`): marks the record (field `w`) so
+-- that its release publishes. `{0, expires_at, now, host, pid, note}`.
+local function busy(key, r, now)
+  if not r[7] then redis.call('HSET', key, 'w', 1) end
+  local h = redis.call('HMGET', key, 'hh', 'hp', 'hn')
+  return {0, tonumber(r[4]), now, h[1] or false, h[2] or false, h[3] or false}
+end
+-- Takes or re-enters `key` (as `look` decided on `r`); `floor_key` is read for a fresh key.
+-- Returns `{fencing, count, expires_at}`.
+local function grant(key, how, r, floor_key, now)
+  local exp = now + tonumber(ARGV[3])
+  if how == 'reenter' then
+    local count, e = tonumber(r[2]) + 1, tonumber(r[4])
+    if e > exp then exp = e end
+    redis.call('HSET', key, 'v', ARGV[1], 'c', count, 'e', exp)
+    return {tonumber(r[3]), count, exp}
+  end
+  local fencing
+  if r[2] then
+    fencing = tonumber(r[3]) + 1
+  else
+    fencing = tonumber(redis.call('HGET', floor_key, 'f') or '0') + 1
+  end
+  -- One HSET for the whole record; drop holder fields this request does not set (if present).
+  if ARGV[5] == '1' and ARGV[8] == '1' then
+    redis.call('HSET', key, 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp,
+      'hh', ARGV[6], 'hp', ARGV[7], 'hn', ARGV[9])
+  elseif ARGV[5] == '1' then
+    redis.call('HSET', key, 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp,
+      'hh', ARGV[6], 'hp', ARGV[7])
+    if r[6] then redis.call('HDEL', key, 'hn') end
+  else
+    redis.call('HSET', key, 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp)
+    if r[5] then redis.call('HDEL', key, 'hh', 'hp', 'hn') end
+  end
+  if r[7] then redis.call('HDEL', key, 'w') end
+  return {fencing, 1, exp}
+end
+"#;
+
+/// KEYS = record, floor record; ARGV as [`ACQUIRE_RULE`]. Returns `{1, fencing, count,
+/// expires_at}` when acquired, else `{0, expires_at, now, host, pid, note}` (the holder's). A
+/// busy answer marks the record (field `w`): only the release of a marked record publishes (see
+/// [`release`]). A new hold starts unmarked.
 pub(crate) fn acquire() -> String {
     format!(
-        "{PRELUDE}
+        "{PRELUDE}{ACQUIRE_RULE}
 local now = now_ms()
-local exp = now + tonumber(ARGV[3])
-local r = redis.call('HMGET', KEYS[1], 'o', 'c', 'f', 'e', 'hh', 'hn', 'w')
-local fencing
-if r[2] then
-  local count, e = tonumber(r[2]), tonumber(r[4])
-  fencing = tonumber(r[3])
-  if count > 0 and e > now then
-    if ARGV[4] == '1' and r[1] == ARGV[2] then
-      count = count + 1
-      if e > exp then exp = e end
-      redis.call('HSET', KEYS[1], 'v', ARGV[1], 'c', count, 'e', exp)
-      return {{1, fencing, count, exp}}
-    end
-    if not r[7] then redis.call('HSET', KEYS[1], 'w', 1) end
-    local h = redis.call('HMGET', KEYS[1], 'hh', 'hp', 'hn')
-    return {{0, e, now, h[1] or false, h[2] or false, h[3] or false}}
+local how, r = look(KEYS[1], now)
+if how == 'busy' then return busy(KEYS[1], r, now) end
+local g = grant(KEYS[1], how, r, KEYS[2], now)
+return {{1, g[1], g[2], g[3]}}"
+    )
+}
+
+/// KEYS = the records (distinct), then the floor record; ARGV as [`ACQUIRE_RULE`]. All or
+/// nothing, on one `TIME`: every record is looked at before any is written. Returns `{1,
+/// fencing, count, expires_at}` followed by the same three for each further key when all are
+/// acquired, else `{0, position (1-based), expires_at, now, host, pid, note}` for the first
+/// busy key, which is marked as [`acquire`] marks it; nothing else is written then.
+pub(crate) fn acquire_many() -> String {
+    format!(
+        "{PRELUDE}{ACQUIRE_RULE}
+local now = now_ms()
+local n = #KEYS - 1
+local hows, rs = {{}}, {{}}
+for i = 1, n do
+  local how, r = look(KEYS[i], now)
+  if how == 'busy' then
+    local b = busy(KEYS[i], r, now)
+    return {{0, i, b[2], b[3], b[4], b[5], b[6]}}
   end
-  fencing = fencing + 1
-else
-  fencing = tonumber(redis.call('HGET', KEYS[2], 'f') or '0') + 1
+  hows[i], rs[i] = how, r
 end
--- One HSET for the whole record; drop holder fields this request does not set (if present).
-if ARGV[5] == '1' and ARGV[8] == '1' then
-  redis.call('HSET', KEYS[1], 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp,
-    'hh', ARGV[6], 'hp', ARGV[7], 'hn', ARGV[9])
-elseif ARGV[5] == '1' then
-  redis.call('HSET', KEYS[1], 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp,
-    'hh', ARGV[6], 'hp', ARGV[7])
-  if r[6] then redis.call('HDEL', KEYS[1], 'hn') end
-else
-  redis.call('HSET', KEYS[1], 'v', ARGV[1], 'o', ARGV[2], 'c', 1, 'f', fencing, 'a', now, 'e', exp)
-  if r[5] then redis.call('HDEL', KEYS[1], 'hh', 'hp', 'hn') end
+local out = {{1}}
+for i = 1, n do
+  local g = grant(KEYS[i], hows[i], rs[i], KEYS[n + 1], now)
+  out[#out + 1] = g[1]
+  out[#out + 1] = g[2]
+  out[#out + 1] = g[3]
 end
-if r[7] then redis.call('HDEL', KEYS[1], 'w') end
-return {{1, fencing, 1, exp}}"
+return out"
     )
 }
 

@@ -102,3 +102,42 @@ async fn a_write_no_replica_holds_is_not_confirmed() {
     };
     assert!(err.to_string().contains("0 of 1 replicas"), "{err}");
 }
+
+/// The multi-key script looks at every record before it writes one: a busy key leaves the
+/// others without a record (the default would have written and released them), and a
+/// reentrant request re-enters the owner's key while it takes the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_acquisition_writes_nothing_when_a_key_is_busy() {
+    use storage_lock_core::{AcquireManyOutcome, AcquireOutcome, AcquireRequest, OwnerId, Storage};
+    let s = redis().await;
+    let p = format!("multi-{:x}/", rand_u64());
+    let (a, b, c) = (format!("{p}a"), format!("{p}b"), format!("{p}c"));
+    let req = |owner, reentrant| AcquireRequest {
+        owner,
+        lease: std::time::Duration::from_secs(30),
+        holder: None,
+        reentrant,
+    };
+    let (x, y) = (OwnerId::random(), OwnerId::random());
+    s.acquire_once(&b, &req(x, false)).await.unwrap();
+    let busy = s.acquire_many(&[&a, &b, &c], &req(y, false)).await.unwrap();
+    assert!(
+        matches!(busy, AcquireManyOutcome::Busy { index: 1, .. }),
+        "{busy:?}"
+    );
+    assert!(s.get(&a).await.unwrap().is_none(), "a was written");
+    assert!(s.get(&c).await.unwrap().is_none(), "c was written");
+    s.acquire_once(&a, &req(y, false)).await.unwrap();
+    let both = s.acquire_many(&[&a, &c], &req(y, true)).await.unwrap();
+    let AcquireManyOutcome::Acquired(grants) = both else {
+        panic!("a is y's own, c is free: {both:?}");
+    };
+    let counts: Vec<u32> = grants
+        .iter()
+        .map(|g| match g {
+            AcquireOutcome::Acquired { count, .. } => *count,
+            AcquireOutcome::Busy { .. } => 0,
+        })
+        .collect();
+    assert_eq!(counts, [2, 1]);
+}

@@ -60,9 +60,9 @@ use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability, NotificationSource,
-    Notifications, OwnerId, ReleaseOutcome, RenewOutcome, RenewRequest, SourceEvent, StorageError,
-    Timestamp,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability,
+    NotificationSource, Notifications, OwnerId, ReleaseOutcome, RenewOutcome, RenewRequest,
+    SourceEvent, StorageError, Timestamp,
 };
 
 use crate::conns::{Conns, Setup};
@@ -89,6 +89,13 @@ const OUT_OF_RANGE: &str = "22003";
 /// Attempts of one `acquire_once` that may end in [`SWEPT_MEANWHILE`] (each one means a sweep
 /// deleted the key's record during the attempt; more in a row than this is reported).
 const SWEPT_RETRIES: u32 = 8;
+/// SQLSTATE `division_by_zero`: a multi-key acquisition found a key taken after its snapshot
+/// and undid its writes (see `Statements::acquire_many`).
+const TAKEN_MEANWHILE: &str = "22012";
+/// SQLSTATE `deadlock_detected`: a multi-key acquisition that locked a row taken after its
+/// snapshot can meet a multi-key renewal locking the same rows in another order; the server
+/// aborts one of them, and nothing it wrote stays.
+const DEADLOCK: &str = "40P01";
 
 /// The driver's URL options that [`PostgresStorageBuilder::from_url`] passes through.
 const PG_OPTIONS: &[&str] = &[
@@ -314,6 +321,8 @@ struct Statements {
     list: String,
     acquire: String,
     acquire_reentrant: String,
+    acquire_many: String,
+    busy_of_many: String,
     mark: String,
     renew: String,
     renew_many: String,
@@ -463,6 +472,61 @@ impl Statements {
             // statement's clock, read once in `VALUES`).
             acquire: take(false),
             acquire_reentrant: take(true),
+            // $1 keys (text[], distinct), $2…$8 as `acquire`. All or nothing, in one statement
+            // on one snapshot and one clock: the rows are written only if the snapshot shows
+            // none of the keys held (so a busy call locks and writes nothing), in the order
+            // given (callers sort, so two calls lock shared keys in one order); each row is
+            // `acquire`'s, sentinel included. If a key turned out held after all (taken after
+            // the snapshot: its conflict branch's `WHERE` refused it), fewer rows came back
+            // than keys were asked, and the division by zero in the last column fails the
+            // statement, which undoes every row it wrote (SQLSTATE 22012): `acquire_many`
+            // then asks `busy_of_many` who holds which. No row back: a key was held.
+            acquire_many: format!(
+                "WITH taken AS (
+                    INSERT INTO {t} AS cur ({COLUMNS})
+                    SELECT r.k, $8, $2, 1,
+                        CASE WHEN EXISTS (SELECT 1 FROM {t} WHERE lock_key = r.k) THEN {SWEPT}
+                             ELSE COALESCE((SELECT fencing FROM {t} WHERE lock_key = $7 FOR SHARE), 0) + 1 END,
+                        {NOW}, {NOW} + $3, $4, $5, $6
+                      FROM unnest($1::text[]) WITH ORDINALITY AS r(k, i)
+                     WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = ANY($1::text[])
+                                          AND count > 0 AND expires_at > {NOW})
+                     ORDER BY r.i
+                    ON CONFLICT (lock_key) DO UPDATE SET
+                       version = EXCLUDED.version, count = 1, fencing = cur.fencing + 1,
+                       acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at,
+                       holder_host = EXCLUDED.holder_host, holder_pid = EXCLUDED.holder_pid,
+                       holder_note = EXCLUDED.holder_note, waiters = false, owner = EXCLUDED.owner
+                    WHERE NOT (cur.count > 0 AND cur.expires_at > EXCLUDED.acquired_at)
+                    RETURNING lock_key, fencing, count, expires_at
+                 ), n AS (SELECT count(*) AS n FROM taken)
+                 SELECT true,
+                    CASE WHEN fencing <> {SWEPT} THEN fencing
+                         ELSE ('storage-lock: the record was swept meanwhile; retry ' || fencing)::bigint END,
+                    count, expires_at, lock_key,
+                    1 / (CASE WHEN n.n = cardinality($1::text[]) THEN 1 ELSE n.n - n.n END)
+                   FROM taken, n"
+            ),
+            // $1 keys (text[]). The first of them held, by position, marked as `mark` marks
+            // it (its release then notifies; "expires now" if it ended before the mark), with
+            // the columns of `mark` and its 1-based position last. No row: none is held any more; `acquire_many` tries again.
+            busy_of_many: format!(
+                "WITH first AS (
+                    SELECT lock_key FROM {t}
+                     WHERE lock_key = ANY($1::text[]) AND count > 0 AND expires_at > {NOW}
+                     ORDER BY array_position($1::text[], lock_key) LIMIT 1
+                 ), flag AS (
+                    UPDATE {t} SET waiters = true
+                     WHERE lock_key = (SELECT lock_key FROM first) AND NOT waiters
+                       AND count > 0 AND expires_at > {NOW}
+                    RETURNING 1
+                 )
+                 SELECT false, fencing, count,
+                        CASE WHEN waiters OR EXISTS (SELECT 1 FROM flag) THEN expires_at ELSE {NOW} END,
+                        holder_host, holder_pid, holder_note,
+                        {NOW}, array_position($1::text[], lock_key)::bigint
+                   FROM {t} WHERE lock_key = (SELECT lock_key FROM first)"
+            ),
             // $1 key. Answers a busy acquisition: the record from the statement's snapshot and
             // the clock. It also marks the record (`waiters`), so that the release notifies
             // (uncontended releases skip NOTIFY, whose commit-time lock serializes concurrent
@@ -515,6 +579,36 @@ impl Statements {
             ),
         }
     }
+}
+
+/// The grants of an `acquire_many` statement's rows (one per key, in any order), in the order
+/// of `keys`.
+fn granted_in_order(
+    keys: &[&str],
+    rows: &[sqlx::postgres::PgRow],
+) -> Result<AcquireManyOutcome, StorageError> {
+    let mut granted: Vec<Option<AcquireOutcome>> = vec![None; keys.len()];
+    for r in rows {
+        let key: String = r.try_get(4).map_err(err("acquire"))?;
+        let slot = keys
+            .iter()
+            .position(|k| *k == key)
+            .and_then(|i| granted.get_mut(i));
+        if let Some(slot) = slot {
+            *slot = Some(crate::row::acquire_outcome(&key, r, true)?);
+        }
+    }
+    granted
+        .into_iter()
+        .zip(keys)
+        .map(|(g, key)| {
+            g.ok_or_else(|| StorageError::Corrupt {
+                key: (*key).to_owned(),
+                reason: "a multi-key acquisition returned no grant for it".to_owned(),
+            })
+        })
+        .collect::<Result<_, _>>()
+        .map(AcquireManyOutcome::Acquired)
 }
 
 /// Creates what is missing (schema, sequence, table, the floor's row) and migrates tables made
@@ -673,6 +767,78 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                 return crate::row::acquire_outcome(key, &r, false);
             }
         }
+    }
+
+    /// One statement for every key, all or nothing, on the server clock (see
+    /// `Statements::acquire_many`); a busy answer costs a second one, as for one key. A
+    /// reentrant request, and a call whose keys keep changing between the two statements,
+    /// take the keys one by one ([`storage_lock_core::storage::acquire_each`]).
+    async fn acquire_many(
+        &self,
+        keys: &[&str],
+        req: &AcquireRequest,
+    ) -> Result<AcquireManyOutcome, StorageError> {
+        if req.reentrant || keys.is_empty() {
+            return storage_lock_core::storage::acquire_each(self, keys, req).await;
+        }
+        let (host, pid, note) = holder_params(req.holder.as_deref());
+        for _ in 0..SWEPT_RETRIES {
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
+            let rows = query(&self.sql.acquire_many)
+                .bind(keys)
+                .bind(&req.owner.to_bytes()[..])
+                .bind(lease_millis(req.lease))
+                .bind(host)
+                .bind(pid)
+                .bind(note)
+                .bind(FENCING_FLOOR_KEY)
+                .bind(crate::row::new_version())
+                .fetch_all(c.conn())
+                .await;
+            c.keep_if(&rows);
+            match rows {
+                Ok(rows) if !rows.is_empty() => return granted_in_order(keys, &rows),
+                Ok(_) => {} // a key was held in the snapshot
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(TAKEN_MEANWHILE) => {}
+                Err(sqlx::Error::Database(e))
+                    if matches!(e.code().as_deref(), Some(SWEPT_MEANWHILE | DEADLOCK)) =>
+                {
+                    continue;
+                }
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(OUT_OF_RANGE) => {
+                    return Err(StorageError::Corrupt {
+                        key: keys.join(", "),
+                        reason: format!(
+                            "a fencing token reached the bound of the BIGINT column ({}); \
+                             that key cannot be granted again: use another name",
+                            i64::MAX
+                        ),
+                    });
+                }
+                Err(e) => return Err(err("acquire")(e)),
+            }
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
+            let row = query(&self.sql.busy_of_many)
+                .bind(keys)
+                .fetch_optional(c.conn())
+                .await;
+            c.keep_if(&row);
+            // No row: every key is free again; try again.
+            if let Some(r) = row.map_err(err("acquire"))? {
+                let position: i64 = r.try_get(8).map_err(err("acquire"))?;
+                let index = usize::try_from(position)
+                    .ok()
+                    .and_then(|p| p.checked_sub(1))
+                    .filter(|&i| i < keys.len())
+                    .ok_or_else(|| StorageError::Corrupt {
+                        key: keys.join(", "),
+                        reason: format!("a busy key at position {position}"),
+                    })?;
+                let outcome = crate::row::acquire_outcome(keys[index], &r, false)?;
+                return Ok(AcquireManyOutcome::Busy { index, outcome });
+            }
+        }
+        storage_lock_core::storage::acquire_each(self, keys, req).await
     }
 
     async fn renew(

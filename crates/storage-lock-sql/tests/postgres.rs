@@ -473,3 +473,112 @@ async fn server_restart_keeps_fencing() {
     })
     .await;
 }
+
+/// The multi-key statement writes nothing when a key is busy, and undoes what it wrote when a
+/// key is taken after its snapshot: it is held by a `BEFORE INSERT` trigger (on its own rows
+/// only: their note says so) until another owner has taken the last key, and must then answer
+/// that key busy and leave the others free. Without the undo, it would return two grants of
+/// three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_acquisition_is_all_or_nothing_even_when_a_key_is_taken_meanwhile() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use storage_lock_core::{AcquireManyOutcome, AcquireRequest, HolderInfo, OwnerId, Storage};
+
+    let url = std::env::var("STORAGE_LOCK_POSTGRES_URL")
+        .expect("STORAGE_LOCK_POSTGRES_URL must name a PostgreSQL server (run scripts/test.sh)");
+    let table = format!("sl_multi_{:08x}", rand_suffix());
+    let s = PostgresStorage::builder()
+        .url(&url)
+        .table(&table)
+        .open()
+        .await
+        .expect("connect to PostgreSQL");
+    let req = |owner, note: Option<&str>| AcquireRequest {
+        owner,
+        lease: Duration::from_secs(30),
+        holder: Some(Arc::new(HolderInfo {
+            host: "test".into(),
+            pid: 1,
+            note: note.map(str::to_owned),
+        })),
+        reentrant: false,
+    };
+    let (x, y) = (OwnerId::random(), OwnerId::random());
+    let keys = ["a", "b", "c"];
+    // A busy key in the snapshot: nothing is written at all.
+    s.acquire_once("b", &req(x, None)).await.unwrap();
+    let busy = s.acquire_many(&keys, &req(y, None)).await.unwrap();
+    assert!(
+        matches!(busy, AcquireManyOutcome::Busy { index: 1, .. }),
+        "{busy:?}"
+    );
+    for key in ["a", "c"] {
+        assert!(s.get(key).await.unwrap().is_none(), "{key} was written");
+    }
+    s.release("b", x).await.unwrap();
+
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let gate = i64::from(rand_suffix());
+    sqlx::raw_sql(&format!(
+        "CREATE FUNCTION {table}_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.holder_note = 'gated' THEN PERFORM pg_advisory_xact_lock_shared({gate}); END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER gate BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {table}_gate()"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(gate)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let s = Arc::new(s);
+    let gated = tokio::spawn({
+        let s = s.clone();
+        async move { s.acquire_many(&keys, &req(y, Some("gated"))).await }
+    });
+    // Until the statement waits at the gate (it has its snapshot: every key free).
+    let waiting = async {
+        loop {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                   AND objid::bigint = $1",
+            )
+            .bind(gate & 0xffff_ffff)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if n > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the multi-key statement reached the gate");
+    s.acquire_once("c", &req(x, None)).await.unwrap();
+    blocker.rollback().await.unwrap();
+    let answer = gated.await.unwrap().unwrap();
+    let (a, b) = (s.get("a").await.unwrap(), s.get("b").await.unwrap());
+    sqlx::raw_sql(&format!(
+        "DROP TABLE {table}; DROP SEQUENCE {table}_version; DROP FUNCTION {table}_gate()"
+    ))
+    .execute(&pool)
+    .await
+    .ok();
+    assert!(
+        matches!(answer, AcquireManyOutcome::Busy { index: 2, .. }),
+        "{answer:?}"
+    );
+    assert!(a.is_none(), "a was left written: {a:?}");
+    assert!(
+        b.as_ref().is_none_or(|b| b.record.owner != y),
+        "b was left taken: {b:?}"
+    );
+}

@@ -9,9 +9,9 @@ use std::time::Duration;
 use storage_lock_core::StorageExt;
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Clock, HolderInfo, LockRecord, OwnerId, PageRequest,
-    ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored, SystemClock,
-    Version,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Clock, HolderInfo, LockRecord, OwnerId,
+    PageRequest, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored,
+    SystemClock, Version,
 };
 
 use crate::{cas, unique_prefix};
@@ -249,6 +249,89 @@ pub async fn racing_acquires_have_one_winner<S: Storage>(s: S) {
         .collect();
     assert_eq!(winners.len(), 1, "{results:?}");
     assert!(fencing_of(winners[0]) >= 1);
+}
+
+/// [`Storage::acquire_many`] takes every key or none: a busy key is reported by position,
+/// with the holder's expiry, and the others are left free; once free, every key is taken,
+/// each above its earlier token and each held by the one owner; of many racing calls for the
+/// same keys, one takes them all.
+pub async fn acquire_many_takes_every_key_or_none<S: Storage>(s: S) {
+    let p = unique_prefix("acquire_many");
+    let keys: Vec<String> = ["a", "b", "c"].iter().map(|k| format!("{p}{k}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let lease = Duration::from_secs(30);
+    let (x, y) = (OwnerId::random(), OwnerId::random());
+    let held_b = fencing_of(
+        &s.acquire_once(keys[1], &request(x, lease, false))
+            .await
+            .unwrap(),
+    );
+    match s
+        .acquire_many(&keys, &request(y, lease, false))
+        .await
+        .unwrap()
+    {
+        AcquireManyOutcome::Busy { index, outcome } => {
+            assert_eq!(index, 1, "{outcome:?}");
+            assert!(
+                outcome.busy_for().is_some_and(|left| left > Duration::ZERO),
+                "{outcome:?}"
+            );
+        }
+        other => panic!("b is held: {other:?}"),
+    }
+    let now = s.now().await.unwrap();
+    for key in [keys[0], keys[2]] {
+        if let Some(stored) = s.get(key).await.unwrap() {
+            let rec = stored.record;
+            assert!(
+                rec.owner != y || !rec.is_held_at(now),
+                "{key} left held: {rec:?}"
+            );
+        }
+    }
+    s.release(keys[1], x).await.unwrap();
+    let granted = match s
+        .acquire_many(&keys, &request(y, lease, false))
+        .await
+        .unwrap()
+    {
+        AcquireManyOutcome::Acquired(granted) => granted,
+        other => panic!("every key is free: {other:?}"),
+    };
+    assert_eq!(granted.len(), keys.len(), "{granted:?}");
+    assert!(fencing_of(&granted[1]) > held_b, "{granted:?}");
+    let now = s.now().await.unwrap();
+    for (key, grant) in keys.iter().zip(&granted) {
+        let rec = s.get(key).await.unwrap().expect("taken").record;
+        assert!(
+            rec.owner == y && rec.count == 1 && rec.is_held_at(now),
+            "{key}: {rec:?}"
+        );
+        assert_eq!(rec.fencing, fencing_of(grant), "{key}");
+    }
+    for key in &keys {
+        assert!(matches!(
+            s.release(key, y).await.unwrap(),
+            ReleaseOutcome::Released { .. }
+        ));
+    }
+    let owned: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+    let results = race(Arc::new(s), |s, _| {
+        let owned = owned.clone();
+        tokio::spawn(async move {
+            let keys: Vec<&str> = owned.iter().map(String::as_str).collect();
+            s.acquire_many(&keys, &request(OwnerId::random(), lease, false))
+                .await
+                .unwrap()
+        })
+    })
+    .await;
+    let winners = results
+        .iter()
+        .filter(|r| matches!(r, AcquireManyOutcome::Acquired(_)))
+        .count();
+    assert_eq!(winners, 1, "{results:?}");
 }
 
 /// Release writes a tombstone (count 0, fencing kept) instead of deleting, and the next

@@ -146,6 +146,7 @@ macro_rules! __cases {
                 racing_creates_have_one_winner,
                 racing_updates_have_one_winner,
                 racing_acquires_have_one_winner,
+                acquire_many_takes_every_key_or_none,
                 release_writes_tombstone,
                 list_by_prefix_in_pages,
                 clock_is_sane,

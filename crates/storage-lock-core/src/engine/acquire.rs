@@ -80,49 +80,8 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 Ok(granted) => granted,
                 Err(busy) => return Ok(Err(busy)),
             };
-            let backend = EngineHold::new(
-                self.holds.clone(),
-                req.owner,
-                granted.granted_at, // hold time (a metric) starts here
-            );
-            // An expiry past `Timestamp::MAX` cannot be shown as a `SystemTime`: refused.
-            let built = (granted.expires_at <= Timestamp::MAX)
-                .then_some(granted.expires_at.as_millis())
-                .ok_or(LockError::LeaseOutOfRange {
-                    lease: options.lease,
-                })
-                .map(|expires_ms| {
-                    let grant = HoldGrant {
-                        // The default normalizer maps a name to itself (and a prefix normalizer
-                        // to a key that ends with it): then the handle keeps no copy.
-                        name: GrantName::of(key.as_str(), name),
-                        key: key.clone(),
-                        fencing: granted.fencing,
-                        lease: options.lease,
-                        expires_ms,
-                        sent_at: granted.sent_at,
-                        auto_renew: options.auto_renew,
-                    };
-                    let runtime =
-                        crate::hold::start_watched(grant, backend, Some(&self.shared.watchdogs));
-                    if self.watches_loss(options) {
-                        tokio::spawn(super::backend::watch_loss(
-                            runtime.clone(),
-                            self.holds.clone(),
-                            req.owner,
-                        ));
-                    }
-                    LockHandle::from_runtime(runtime)
-                });
-            match built {
-                Ok(handle) => {
-                    self.shared.events.emit(
-                        LockEventKind::Acquired,
-                        key.as_str(),
-                        Some(granted.fencing),
-                    );
-                    Ok(Ok(handle))
-                }
+            match self.start_hold(&key, name, req.owner, options, &granted) {
+                Ok(handle) => Ok(Ok(handle)),
                 Err(e) => {
                     // Release first, then report the original error.
                     self.release_refused_grant(&key, req.owner).await;
@@ -135,6 +94,49 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             Some(span) => acquire.instrument(span).await,
             None => acquire.await,
         }
+    }
+
+    /// The handle of a grant: its runtime started (watchdog, loss watch) and
+    /// [`LockEventKind::Acquired`] sent. [`LockError::LeaseOutOfRange`], with nothing started,
+    /// for an expiry past [`Timestamp::MAX`] (it cannot be shown as a `SystemTime`).
+    pub(crate) fn start_hold(
+        &self,
+        key: &SmallKey,
+        name: &str,
+        owner: OwnerId,
+        options: &AcquireOptions,
+        granted: &Granted,
+    ) -> Result<LockHandle, LockError> {
+        if granted.expires_at > Timestamp::MAX {
+            return Err(LockError::LeaseOutOfRange {
+                lease: options.lease,
+            });
+        }
+        let grant = HoldGrant {
+            // The default normalizer maps a name to itself (and a prefix normalizer to a key
+            // that ends with it): then the handle keeps no copy.
+            name: GrantName::of(key.as_str(), name),
+            key: key.clone(),
+            fencing: granted.fencing,
+            lease: options.lease,
+            expires_ms: granted.expires_at.as_millis(),
+            sent_at: granted.sent_at,
+            auto_renew: options.auto_renew,
+        };
+        // Hold time (a metric) starts when the answer was taken in.
+        let backend = EngineHold::new(self.holds.clone(), owner, granted.granted_at);
+        let runtime = crate::hold::start_watched(grant, backend, Some(&self.shared.watchdogs));
+        if self.watches_loss(options) {
+            tokio::spawn(super::backend::watch_loss(
+                runtime.clone(),
+                self.holds.clone(),
+                owner,
+            ));
+        }
+        self.shared
+            .events
+            .emit(LockEventKind::Acquired, key.as_str(), Some(granted.fencing));
+        Ok(LockHandle::from_runtime(runtime))
     }
 
     pub(crate) fn request(

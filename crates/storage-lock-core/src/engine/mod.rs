@@ -4,6 +4,8 @@
 //! * `acquire` — the acquire loop: validate, arm a change notification, try, sleep until the
 //!   earliest of deadline / holder expiry / notification / jittered backoff; cancel safety;
 //!   retries of storage errors while the wait lasts.
+//! * `many` — one attempt at several keys, all or nothing, through
+//!   [`Storage::acquire_many`] (the step of a multi-lock).
 //! * `backend` — the storage side of a [`crate::LockHandle`]: renew and release through the
 //!   storage, and the loss watch (the handle's runtime is the [`crate::hold`] layer's).
 //! * `renewals` — the watchdogs' renewals, coalesced into [`Storage::renew_many`] calls (on the
@@ -15,6 +17,7 @@
 mod acquire;
 mod backend;
 mod events;
+mod many;
 mod owned;
 mod reentrant;
 mod renewals;
@@ -384,6 +387,14 @@ impl<S: Storage + ?Sized> DistributedLock for StorageLock<S> {
         options: &AcquireOptions,
     ) -> Result<Option<LockHandle>, LockError> {
         self.acquire_handle(name, options).await.map(Result::ok)
+    }
+
+    async fn try_acquire_many(
+        &self,
+        names: &[&str],
+        options: &AcquireOptions,
+    ) -> Result<Result<Vec<LockHandle>, usize>, LockError> {
+        self.acquire_many_handles(names, options).await
     }
 }
 

@@ -57,8 +57,9 @@
 //!   vacancies included (etcd's `Observe` never reports a vacant seat).
 //!
 //! # Cost
-//! A multi-lock of k free names costs k acquisitions (k round trips on a backend that
-//! overrides the lock operations). A semaphore's acquisition tries slots in a random order until
+//! A multi-lock's attempt at k names is one [`crate::Storage::acquire_many`] call: one round
+//! trip on a storage that overrides it (memory, Redis, PostgreSQL), k acquisitions on the
+//! others. A semaphore's acquisition tries slots in a random order until
 //! one is free: one round trip while fewer than half the permits are out, at most N when all
 //! are; it waits for releases on at most [`WATCHED_SLOTS`] slots at once (the ones the storage
 //! said end soonest) and looks at all slots again at least every [`RESCAN`].

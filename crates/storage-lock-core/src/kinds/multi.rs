@@ -150,35 +150,36 @@ pub async fn acquire_all<L: DistributedLock + ?Sized>(
 }
 
 /// One pass over `sorted` without waiting, keeping `held` (a part taken by waiting): every part
-/// (`Ok`), or the first busy name with everything released (`Err`).
+/// (`Ok`), or the first busy name with everything released (`Err`). The names not held are
+/// taken with one [`DistributedLock::try_acquire_many`] call: one round trip on a storage that
+/// takes several keys at once.
 async fn try_all<'n, L: DistributedLock + ?Sized>(
     locks: &L,
     sorted: &[&'n str],
     once: &AcquireOptions,
     held: Option<LockHandle>,
 ) -> Result<Result<Vec<LockHandle>, &'n str>, LockError> {
-    let mut parts: Vec<LockHandle> = Vec::with_capacity(sorted.len());
-    let mut held = held;
-    for &name in sorted {
-        if let Some(h) = held.take_if(|h| h.name() == name) {
-            parts.push(h);
-            continue;
-        }
-        match locks.try_acquire(name, once).await {
-            Ok(Some(part)) => parts.push(part),
-            Ok(None) => {
-                parts.extend(held);
-                // A failed release leaves the part to lapse at its lease's end; the caller
-                // waits for the busy name either way.
-                let _ = release_all(&parts).await;
-                return Ok(Err(name));
-            }
-            Err(e) => {
-                parts.extend(held);
-                let _ = release_all(&parts).await;
-                return Err(e);
-            }
-        }
+    let rest: Vec<&'n str> = sorted
+        .iter()
+        .copied()
+        .filter(|&name| held.as_ref().is_none_or(|h| h.name() != name))
+        .collect();
+    if rest.is_empty() {
+        return Ok(Ok(held.into_iter().collect()));
     }
-    Ok(Ok(parts))
+    let failed = match locks.try_acquire_many(&rest, once).await {
+        Ok(Ok(mut parts)) => {
+            parts.extend(held);
+            parts.sort_by(|a, b| a.name().cmp(b.name()));
+            return Ok(Ok(parts));
+        }
+        Ok(Err(index)) => Ok(Err(rest[index])),
+        Err(e) => Err(e),
+    };
+    if let Some(held) = held {
+        // A failed release leaves the part to lapse at its lease's end; the caller waits for
+        // the busy name either way.
+        let _ = held.release().await;
+    }
+    failed
 }

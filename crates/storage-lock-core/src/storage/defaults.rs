@@ -15,8 +15,9 @@ use super::StorageExt;
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use super::primitives_of;
 use super::{
-    AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest, Primitives, ReleaseOutcome,
-    RenewOutcome, RenewRequest, Storage, StorageError, Stored, SweepReport, Timestamp, Version,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest,
+    Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored,
+    SweepReport, Timestamp, Version,
 };
 
 pub(super) async fn try_acquire<S: Primitives + ?Sized>(
@@ -347,6 +348,33 @@ pub(super) async fn renew_many<S: Storage + ?Sized>(
         .map(|r| s.renew(r.key, r.owner, r.lease))
         .collect();
     futures_util::future::join_all(calls).await
+}
+
+/// [`Storage::acquire_many`] key by key: [`Storage::acquire_once`] on each in order; at the
+/// first busy key (or error), the keys taken so far are released, in reverse order.
+pub(super) async fn acquire_many<S: Storage + ?Sized>(
+    s: &S,
+    keys: &[&str],
+    req: &AcquireRequest,
+) -> Result<AcquireManyOutcome, StorageError> {
+    let mut taken = Vec::with_capacity(keys.len());
+    for (index, key) in keys.iter().enumerate() {
+        let failed = match s.acquire_once(key, req).await {
+            Ok(outcome @ AcquireOutcome::Acquired { .. }) => {
+                taken.push(outcome);
+                continue;
+            }
+            Ok(outcome) => Ok(AcquireManyOutcome::Busy { index, outcome }),
+            Err(e) => Err(e),
+        };
+        for given_back in keys[..index].iter().rev() {
+            if let Err(e) = s.release(given_back, req.owner).await {
+                tracing::warn!(key = %given_back, error = %e, "a multi-key acquisition could not give a key back; it lapses with its lease");
+            }
+        }
+        return failed;
+    }
+    Ok(AcquireManyOutcome::Acquired(taken))
 }
 
 /// [`StorageExt::semaphore_limit`] on the primitives: read the limit record, and create it if

@@ -11,7 +11,8 @@
 //! backend that can do better overrides [`Storage::acquire_once`], [`Storage::renew`] and
 //! [`Storage::release`] to take one round trip each (one SQL statement on the database clock, one
 //! Redis script using `TIME`, …), [`Storage::renew_many`] to renew the watchdog's batches in one
-//! round trip, and [`Storage::wait_for_change`] to deliver notifications. The
+//! round trip, [`Storage::acquire_many`] to take a multi-lock's keys at once, and
+//! [`Storage::wait_for_change`] to deliver notifications. The
 //! suites in `storage-lock-testkit` run against both the defaults and the overrides.
 //!
 //! Every decision the defaults make is one of the pure rules in [`ops`]:
@@ -37,7 +38,8 @@ pub use capabilities::{Capabilities, Durability, FENCING_HEADROOM, TimeSource};
 pub use change::{ChangeWait, NotificationSource, Notifications, SourceEvent, Waiters, key_bucket};
 pub use error::{StorageError, redact_url};
 pub use ops::{
-    AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, RenewRequest, SweepReport,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, RenewRequest,
+    SweepReport,
 };
 pub use record::{
     HolderInfo, LockRecord, OwnerId, Page, PageRequest, ParseOwnerIdError, Stored, Timestamp,
@@ -81,6 +83,31 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
         defaults::try_acquire(primitives_of(self, "acquire_once")?, key, req).await
+    }
+
+    /// One attempt to take every key in `keys` for `req.owner`, all or nothing, never waiting:
+    /// [`AcquireManyOutcome::Acquired`] with one grant per key, or
+    /// [`AcquireManyOutcome::Busy`] naming the first key found held, with none of the keys held
+    /// by the owner. Each key is decided by the rule of [`Storage::acquire_once`]
+    /// ([`ops::decide_acquire`]). The keys are distinct, in the order the caller takes them
+    /// (a multi-lock sorts them).
+    ///
+    /// The default takes the keys one by one with [`Storage::acquire_once`] and, at the first
+    /// busy key, releases the ones it took: one round trip per key, and for a moment others
+    /// may find a key held that the call then gives back. A backend with a multi-key
+    /// transaction overrides it to decide and write every key at once, in one round trip (one
+    /// script, one statement); then nobody ever sees part of the keys taken.
+    ///
+    /// # Errors
+    /// As [`Storage::acquire_once`]: the outcome of every key is unknown (the default gives
+    /// back the keys it took before the failure, as far as it can; one it cannot give back
+    /// lapses at the end of its lease).
+    async fn acquire_many(
+        &self,
+        keys: &[&str],
+        req: &AcquireRequest,
+    ) -> Result<AcquireManyOutcome, StorageError> {
+        acquire_each(self, keys, req).await
     }
 
     /// Extends `owner`'s live hold of `key` to `now + lease` (see [`ops::decide_renew`]).
@@ -143,6 +170,37 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     fn primitives(&self) -> Option<&dyn Primitives> {
         None
     }
+}
+
+/// The default [`Storage::acquire_many`]: [`Storage::acquire_once`] on each key in order and,
+/// at the first busy key (or error), the keys taken so far released. For an override that
+/// handles some requests itself and leaves the rest to the default (a reentrant one, say).
+///
+/// # Errors
+/// As [`Storage::acquire_many`].
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
+/// use std::time::Duration;
+/// use storage_lock_core::storage::acquire_each;
+/// use storage_lock_core::{AcquireManyOutcome, AcquireRequest, MemoryStorage, OwnerId};
+/// let req = AcquireRequest {
+///     owner: OwnerId::random(),
+///     lease: Duration::from_secs(30),
+///     holder: None,
+///     reentrant: false,
+/// };
+/// let taken = acquire_each(&MemoryStorage::new(), &["a", "b"], &req).await?;
+/// assert!(matches!(taken, AcquireManyOutcome::Acquired(grants) if grants.len() == 2));
+/// # Ok(()) }
+/// ```
+pub async fn acquire_each<S: Storage + ?Sized>(
+    s: &S,
+    keys: &[&str],
+    req: &AcquireRequest,
+) -> Result<AcquireManyOutcome, StorageError> {
+    defaults::acquire_many(s, keys, req).await
 }
 
 /// The compare-and-set primitives of a store (see [`Storage::primitives`] and the contract in
@@ -334,6 +392,9 @@ macro_rules! forward_storage {
             }
             async fn acquire_once(&self, key: &str, req: &AcquireRequest) -> Result<AcquireOutcome, StorageError> {
                 (**self).acquire_once(key, req).await
+            }
+            async fn acquire_many(&self, keys: &[&str], req: &AcquireRequest) -> Result<AcquireManyOutcome, StorageError> {
+                (**self).acquire_many(keys, req).await
             }
             async fn renew(&self, key: &str, owner: OwnerId, lease: Duration) -> Result<RenewOutcome, StorageError> {
                 (**self).renew(key, owner, lease).await

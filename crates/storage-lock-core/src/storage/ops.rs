@@ -58,6 +58,22 @@ impl AcquireOutcome {
     }
 }
 
+/// The result of [`crate::Storage::acquire_many`]: every key taken, or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireManyOutcome {
+    /// The owner holds every key now: one [`AcquireOutcome::Acquired`] per key, in the order
+    /// the keys were given.
+    Acquired(Vec<AcquireOutcome>),
+    /// `keys[index]` is held by someone else (`outcome`, an [`AcquireOutcome::Busy`], says by
+    /// whom and until when), and the owner holds none of the keys.
+    Busy {
+        /// The position of the busy key in the keys given.
+        index: usize,
+        /// What [`crate::Storage::acquire_once`] would have answered for it.
+        outcome: AcquireOutcome,
+    },
+}
+
 /// One key of a [`crate::Storage::renew_many`] call: extend `owner`'s live hold of `key` to
 /// `now + lease`, as [`crate::Storage::renew`] would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,253 @@
+//! One attempt at several keys, all or nothing: [`DistributedLock::try_acquire_many`] on a
+//! [`StorageLock`], the step a multi-lock ([`crate::kinds::acquire_all`]) repeats.
+//!
+//! ```text
+//! try_acquire_many(names, opts)
+//!   ├─ validate names + options, normalize → keys          (no storage I/O before this point)
+//!   ├─ sent_at = BootInstant::now()
+//!   ├─ Storage::acquire_many(keys, req), detached           (one round trip on overriding backends)
+//!   ├─ Busy { index } → Err(index): nothing is held
+//!   └─ Acquired → every grant checked (fencing limit, expiry) → one LockHandle per key
+//! ```
+//!
+//! Every key gets the same owner: the keys differ, so each record still names one hold, and
+//! each handle renews and releases its own key. Cancel safety is the single acquisition's:
+//! grants that arrive after the caller dropped the future are all released, right after them.
+
+use super::LockEventKind;
+use super::StorageLock;
+use super::acquire::{Granted, detached};
+use crate::clock::BootInstant;
+use crate::contract::{AcquireOptions, LockError, validate_name};
+use crate::hold::LockHandle;
+use crate::small_key::SmallKey;
+use crate::storage::{AcquireManyOutcome, AcquireOutcome, OwnerId, Storage, Timestamp};
+use crate::telemetry::{self, Finish};
+
+impl<S: Storage + ?Sized> StorageLock<S> {
+    /// See [`crate::DistributedLock::try_acquire_many`].
+    pub(crate) async fn acquire_many_handles(
+        &self,
+        names: &[&str],
+        options: &AcquireOptions,
+    ) -> Result<Result<Vec<LockHandle>, usize>, LockError> {
+        options.validate()?;
+        let mut keys = Vec::with_capacity(names.len());
+        for name in names {
+            validate_name(name)?;
+            keys.push(SmallKey::new(&self.key_for(name)?));
+        }
+        // Two names of one key (a normalizer's doing) are two locks of one key: never held
+        // together. Reported busy before any request, as a storage would report the second.
+        let mut seen = std::collections::HashSet::with_capacity(keys.len());
+        if let Some(twice) = keys.iter().position(|k| !seen.insert(k.as_str())) {
+            return Ok(Err(twice));
+        }
+        let req = self.request(OwnerId::random(), options, false);
+        let sent_at = BootInstant::now();
+        let (storage, held_keys, asked) = (self.storage.clone(), keys.clone(), req.clone());
+        let outcome = detached(
+            async move {
+                let keys: Vec<&str> = held_keys.iter().map(SmallKey::as_str).collect();
+                let outcome = storage.as_ref().acquire_many(&keys, &asked).await;
+                (outcome, storage, held_keys, asked.owner)
+            },
+            |(outcome, storage, keys, owner)| async move {
+                if let Ok(AcquireManyOutcome::Acquired(_)) = outcome {
+                    release_keys(storage.as_ref(), &keys, owner).await;
+                }
+            },
+        )
+        .await
+        .0;
+        let outcomes = match outcome {
+            Ok(AcquireManyOutcome::Acquired(outcomes)) => outcomes,
+            Ok(AcquireManyOutcome::Busy { index, .. }) => {
+                // As a single attempt that does not wait reports it.
+                let events = &self.shared.events;
+                events.emit(LockEventKind::Contended, &keys[index], None);
+                telemetry::contended();
+                events.emit(LockEventKind::TimedOut, &keys[index], None);
+                telemetry::acquire_finished(
+                    Finish::TimedOut,
+                    BootInstant::now().saturating_duration_since(sent_at),
+                );
+                return Ok(Err(index));
+            }
+            Err(e) => {
+                telemetry::acquire_finished(
+                    Finish::Error,
+                    BootInstant::now().saturating_duration_since(sent_at),
+                );
+                return Err(e.into());
+            }
+        };
+        let granted_at = BootInstant::now();
+        let granted = match self.check_grants(&keys, outcomes, options, sent_at, granted_at) {
+            Ok(granted) => granted,
+            Err(e) => {
+                let (storage, refused) = (self.storage.clone(), keys.clone());
+                detached(
+                    async move { release_keys(storage.as_ref(), &refused, req.owner).await },
+                    |()| async {},
+                )
+                .await;
+                telemetry::acquire_finished(
+                    Finish::Error,
+                    BootInstant::now().saturating_duration_since(sent_at),
+                );
+                return Err(e);
+            }
+        };
+        let mut handles = Vec::with_capacity(keys.len());
+        for ((key, name), granted) in keys.iter().zip(names).zip(&granted) {
+            telemetry::acquire_finished(
+                Finish::Acquired,
+                granted_at.saturating_duration_since(sent_at),
+            );
+            // Checked above: starting a hold cannot fail any more.
+            handles.push(self.start_hold(key, name, req.owner, options, granted)?);
+        }
+        Ok(Ok(handles))
+    }
+
+    /// The grants of `outcomes` (one per key), if every one is a first grant whose fencing
+    /// token is within the storage's limit and whose expiry can be shown; the error of the
+    /// first that is not.
+    fn check_grants(
+        &self,
+        keys: &[SmallKey],
+        outcomes: Vec<AcquireOutcome>,
+        options: &AcquireOptions,
+        sent_at: BootInstant,
+        granted_at: BootInstant,
+    ) -> Result<Vec<Granted>, LockError> {
+        if outcomes.len() != keys.len() {
+            return Err(LockError::Storage(crate::StorageError::Corrupt {
+                key: keys
+                    .first()
+                    .map(|k| k.as_str().to_owned())
+                    .unwrap_or_default(),
+                reason: format!(
+                    "a multi-key acquisition of {} keys answered {} grants",
+                    keys.len(),
+                    outcomes.len()
+                ),
+            }));
+        }
+        let (limit, bound) = self.shared.fencing_limit;
+        keys.iter()
+            .zip(outcomes)
+            .map(|(key, outcome)| {
+                let AcquireOutcome::Acquired {
+                    fencing,
+                    count,
+                    expires_at,
+                } = outcome
+                else {
+                    return Err(LockError::Storage(crate::StorageError::Corrupt {
+                        key: key.as_str().to_owned(),
+                        reason: "a multi-key acquisition answered a busy key among its grants"
+                            .to_owned(),
+                    }));
+                };
+                if fencing > limit && count <= 1 {
+                    tracing::error!(key = %key, fencing, bound, "fencing token near the storage's bound: grant refused");
+                    return Err(LockError::FencingExhausted {
+                        key: key.as_str().to_owned(),
+                        fencing,
+                        bound,
+                    });
+                }
+                if expires_at > Timestamp::MAX {
+                    return Err(LockError::LeaseOutOfRange {
+                        lease: options.lease,
+                    });
+                }
+                Ok(Granted {
+                    fencing,
+                    count,
+                    expires_at,
+                    expires_in: options.lease,
+                    sent_at,
+                    granted_at,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Releases `owner`'s grant of every key (to completion, even if the caller stops waiting); a
+/// failure is logged and leaves that grant to its lease.
+async fn release_keys<S: Storage + ?Sized>(storage: &S, keys: &[SmallKey], owner: OwnerId) {
+    let releases = keys.iter().map(|key| async move {
+        if let Err(e) = storage.release(key.as_str(), owner).await {
+            tracing::warn!(key = %key, error = %e, "release of a refused multi-key grant failed");
+        }
+    });
+    futures_util::future::join_all(releases).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use crate::fault::{FaultyStorage, Op};
+    use crate::kinds::acquire_all;
+    use crate::{AcquireOptions, DistributedLock, KeyNormalizer, MemoryStorage, StorageLock};
+
+    fn locks() -> StorageLock<FaultyStorage<MemoryStorage>> {
+        StorageLock::new(FaultyStorage::new(MemoryStorage::new())).unwrap()
+    }
+
+    /// On a storage that takes several keys at once, a multi-lock's attempt is one storage
+    /// call, granted or busy, and a busy one leaves every name free.
+    #[tokio::test]
+    async fn a_multi_lock_attempt_is_one_storage_call() {
+        let l = locks();
+        let opts = AcquireOptions::default();
+        let all = acquire_all(&l, &["c", "a", "b"], &opts)
+            .await
+            .unwrap()
+            .expect("free");
+        assert_eq!(l.storage().calls(Op::AcquireMany), 1);
+        assert_eq!(l.storage().calls(Op::AcquireOnce), 0);
+        let tokens: Vec<_> = all.fencing_tokens().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(tokens, ["a", "b", "c"]);
+        let b = all.part("b").unwrap().fencing_token();
+        drop(all.parts()[0].release().await);
+        let busy = l.try_acquire_many(&["a", "b"], &opts).await.unwrap();
+        assert_eq!(busy.err(), Some(1), "b is still held");
+        assert_eq!(l.storage().calls(Op::AcquireMany), 2);
+        let a = l
+            .try_acquire("a", &opts)
+            .await
+            .unwrap()
+            .expect("a left free");
+        all.release().await.unwrap();
+        let again = l.try_acquire_many(&["b"], &opts).await.unwrap().unwrap();
+        assert!(again[0].fencing_token() > b);
+        drop((a, again));
+    }
+
+    #[derive(Debug)]
+    struct Lower;
+    impl KeyNormalizer for Lower {
+        fn normalize<'a>(&self, name: &'a str) -> Cow<'a, str> {
+            Cow::Owned(name.to_lowercase())
+        }
+    }
+
+    /// Two names of one key are never held together: reported busy, before any storage call.
+    #[tokio::test]
+    async fn two_names_of_one_key_are_busy_without_a_request() {
+        let l = StorageLock::builder(FaultyStorage::new(MemoryStorage::new()))
+            .normalizer(Lower)
+            .build()
+            .unwrap();
+        let opts = AcquireOptions::default();
+        let busy = l.try_acquire_many(&["A", "b", "a"], &opts).await.unwrap();
+        assert_eq!(busy.err(), Some(2));
+        assert_eq!(l.storage().total_calls(), 0);
+    }
+}
