@@ -12,9 +12,9 @@ use async_trait::async_trait;
 
 use crate::storage::primitives_of;
 use crate::storage::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord,
-    OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage,
-    StorageError, Stored, Timestamp, Version,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite, ChangeWait,
+    LockRecord, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest,
+    Storage, StorageError, Stored, Timestamp, Version,
 };
 
 /// One kind of [`Storage`] call, for [`FaultyStorage::calls`].
@@ -26,6 +26,7 @@ pub enum Op {
     Create,
     Update,
     Delete,
+    WriteAll,
     List,
     AcquireOnce,
     AcquireMany,
@@ -35,7 +36,7 @@ pub enum Op {
     WaitForChange,
 }
 
-const OPS: usize = 12;
+const OPS: usize = 13;
 
 /// A storage that counts calls and fails or slows them on demand.
 #[derive(Debug)]
@@ -269,6 +270,19 @@ impl<S: Storage> Primitives for FaultyStorage<S> {
     fn known(&self, key: &str) -> Option<Stored> {
         self.inner.primitives()?.known(key)
     }
+
+    fn writes_all_at_once(&self) -> bool {
+        self.inner
+            .primitives()
+            .is_some_and(|p| p.writes_all_at_once())
+    }
+
+    async fn write_all(&self, writes: &[CasWrite<'_>]) -> Result<Vec<Version>, StorageError> {
+        self.enter(Op::WriteAll).await?;
+        primitives_of(&self.inner, "write_all")?
+            .write_all(writes)
+            .await
+    }
 }
 
 /// A view of a storage that exposes only its primitives, so the **default** lock operations
@@ -326,5 +340,13 @@ impl<S: Storage> Primitives for PrimitivesOnly<S> {
 
     fn known(&self, key: &str) -> Option<Stored> {
         self.0.primitives()?.known(key)
+    }
+
+    fn writes_all_at_once(&self) -> bool {
+        self.0.primitives().is_some_and(|p| p.writes_all_at_once())
+    }
+
+    async fn write_all(&self, writes: &[CasWrite<'_>]) -> Result<Vec<Version>, StorageError> {
+        primitives_of(&self.0, "write_all")?.write_all(writes).await
     }
 }

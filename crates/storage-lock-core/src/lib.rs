@@ -64,11 +64,11 @@ pub use hold::{LockHandle, RenewalResult};
 pub use lock::DistributedLock;
 pub use memory::MemoryStorage;
 pub use storage::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, DelegatedAdmin,
-    Durability, FENCING_HEADROOM, HolderInfo, LockRecord, OwnerId, Page, PageRequest,
-    ParseOwnerIdError, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage,
-    StorageError, StorageExt, Stored, SweepReport, TimeSource, Timestamp, Version, Waiters,
-    redact_url,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite, ChangeWait,
+    DelegatedAdmin, Durability, FENCING_HEADROOM, HolderInfo, LockRecord, OwnerId, Page,
+    PageRequest, ParseOwnerIdError, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest,
+    Storage, StorageError, StorageExt, Stored, SweepReport, TimeSource, Timestamp, Version,
+    Waiters, redact_url,
 };
 pub use storage::{NotificationSource, Notifications, SourceEvent};
 pub use telemetry::describe_metrics;

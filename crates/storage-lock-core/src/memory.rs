@@ -16,9 +16,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::storage::TimeSource;
 use crate::storage::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use crate::storage::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, LockRecord,
-    OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage,
-    StorageError, Stored, Timestamp, Version,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite, ChangeWait,
+    LockRecord, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest,
+    Storage, StorageError, Stored, Timestamp, Version,
 };
 
 /// A storage in this process's memory: one table for any number of keys, change notifications
@@ -432,6 +432,28 @@ impl Primitives for MemoryStorage {
         }
         table.remove(key);
         Ok(())
+    }
+
+    fn writes_all_at_once(&self) -> bool {
+        true
+    }
+
+    /// Every condition checked, then every record written, under one lock of the table.
+    async fn write_all(&self, writes: &[CasWrite<'_>]) -> Result<Vec<Version>, StorageError> {
+        let mut table = self.table();
+        for w in writes {
+            match (w.expected, table.version_of(w.key)) {
+                (None, None) => {}
+                (None, Some(_)) => return Err(StorageError::already_exists(w.key)),
+                (Some(expected), found) if found.is_some() && found == expect_version(expected) => {
+                }
+                (Some(_), _) => return Err(StorageError::conflict(w.key)),
+            }
+        }
+        Ok(writes
+            .iter()
+            .map(|w| Version::from_u64(table.put(w.key, w.record.clone())))
+            .collect())
     }
 }
 

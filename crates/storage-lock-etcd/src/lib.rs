@@ -13,6 +13,9 @@
 //!   round trip; a record not known yet is read first (two). etcd compares bytes, not the
 //!   times inside a record, so a lock operation on an unknown record cannot be decided on the
 //!   server in one round trip.
+//! * **A multi-lock** ([`Primitives::write_all`]) is one `Txn` over every key: a compare and a
+//!   put per key, applied together or not at all, after a read of each key the storage does
+//!   not know yet (up to [`MAX_TXN_OPS`] keys; more are taken one by one).
 //! * **Waiting** is push-driven: each storage keeps one `watch` over its prefix (multiplexed
 //!   over every waiting key, re-established after a failure); a waiter re-tries on the next
 //!   change of its key, never by polling.
@@ -55,9 +58,9 @@ use etcd_client::{
 use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::storage::url::UrlParts;
 use storage_lock_core::{
-    Capabilities, ChangeWait, Clock, LockRecord, MonotonicClock, NotificationSource, Notifications,
-    Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored, TimeSource,
-    Timestamp, Version,
+    Capabilities, CasWrite, ChangeWait, Clock, LockRecord, MonotonicClock, NotificationSource,
+    Notifications, Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored,
+    TimeSource, Timestamp, Version,
 };
 
 const NAME: &str = "etcd";
@@ -518,7 +521,62 @@ impl Primitives for EtcdStorage {
         self.seen.forget(key);
         Ok(())
     }
+
+    fn writes_all_at_once(&self) -> bool {
+        true
+    }
+
+    /// One `Txn`: a compare per key (`create_revision == 0` to create, `mod_revision` to
+    /// update), a put per key; every key gets the transaction's revision. More keys than an
+    /// etcd server takes in one transaction by default ([`MAX_TXN_OPS`]) are
+    /// [`StorageError::Unsupported`]: the caller takes them one by one.
+    async fn write_all(&self, writes: &[CasWrite<'_>]) -> Result<Vec<Version>, StorageError> {
+        let Some(first) = writes.first() else {
+            return Ok(Vec::new());
+        };
+        if writes.len() > MAX_TXN_OPS {
+            return Err(StorageError::Unsupported {
+                backend: NAME.to_owned(),
+                operation: "write_all of more keys than one transaction takes",
+            });
+        }
+        let mut compares = Vec::with_capacity(writes.len());
+        let mut puts = Vec::with_capacity(writes.len());
+        let mut written = Vec::with_capacity(writes.len());
+        for w in writes {
+            let k = self.full(w.key);
+            compares.push(match w.expected {
+                None => Compare::create_revision(k.clone(), CompareOp::Equal, 0),
+                Some(v) => {
+                    Compare::mod_revision(k.clone(), CompareOp::Equal, expected_revision(w.key, v)?)
+                }
+            });
+            let (bytes, wrote) = self.seen.encode(w.record, 0);
+            puts.push(TxnOp::put(k, bytes, None));
+            written.push(wrote);
+        }
+        let resp = self
+            .kv()
+            .txn(Txn::new().when(compares).and_then(puts))
+            .await
+            .map_err(err("write_all"))?;
+        if !resp.succeeded() {
+            return Err(StorageError::conflict(first.key));
+        }
+        let version = resp
+            .header()
+            .map(|h| revision_version(h.revision()))
+            .ok_or_else(|| StorageError::backend(NAME, "write_all", "no header in the answer"))?;
+        for (w, wrote) in writes.iter().zip(written) {
+            self.seen.wrote(w.key, &version, wrote);
+        }
+        Ok(vec![version; writes.len()])
+    }
 }
+
+/// The most operations an etcd server takes in one transaction unless configured otherwise
+/// (`--max-txn-ops`).
+pub const MAX_TXN_OPS: usize = 128;
 
 /// One `watch` over the storage's prefix, behind its notification hub; every record it
 /// carries becomes the storage's hint for its key ([`Primitives::known`]).

@@ -334,6 +334,123 @@ pub async fn acquire_many_takes_every_key_or_none<S: Storage>(s: S) {
     assert_eq!(winners, 1, "{results:?}");
 }
 
+/// Where the primitives write several keys at once ([`Primitives::write_all`]): every write
+/// or none (a stale version or an existing key refuses all, typed, and writes nothing), each
+/// key then read back with its new version; and a multi-key acquisition of keys the storage
+/// knows is that one write and no read.
+///
+/// [`Primitives::write_all`]: storage_lock_core::Primitives::write_all
+pub async fn write_all_is_all_or_nothing<S: Storage>(s: S) {
+    if s.primitives().is_none_or(|p| !p.writes_all_at_once()) {
+        return;
+    }
+    use storage_lock_core::CasWrite;
+    use storage_lock_core::fault::{FaultyStorage, Op, PrimitivesOnly};
+    let p = unique_prefix("write_all");
+    let (a, b, c) = (format!("{p}a"), format!("{p}b"), format!("{p}c"));
+    let first = record(OwnerId::random(), 1, None);
+    let va = cas(&s).create(&a, &first).await.unwrap();
+    let second = record(OwnerId::random(), 2, None);
+    let vb = cas(&s).create(&b, &second).await.unwrap();
+    let stale = cas(&s).update(&b, &vb, &second).await.unwrap();
+    assert_ne!(stale, vb);
+    let new = record(OwnerId::random(), 3, None);
+    for refused in [
+        // b's version is stale; c is new.
+        vec![
+            CasWrite {
+                key: &c,
+                expected: None,
+                record: &new,
+            },
+            CasWrite {
+                key: &b,
+                expected: Some(&vb),
+                record: &new,
+            },
+        ],
+        // a exists.
+        vec![
+            CasWrite {
+                key: &c,
+                expected: None,
+                record: &new,
+            },
+            CasWrite {
+                key: &a,
+                expected: None,
+                record: &new,
+            },
+        ],
+    ] {
+        let err = cas(&s).write_all(&refused).await.unwrap_err();
+        assert!(err.is_cas_conflict(), "{err:?}");
+        assert!(
+            s.get(&c).await.unwrap().is_none(),
+            "c was written by a refused write_all"
+        );
+        assert_eq!(s.get(&b).await.unwrap().unwrap().record, second);
+    }
+    let versions = cas(&s)
+        .write_all(&[
+            CasWrite {
+                key: &a,
+                expected: Some(&va),
+                record: &new,
+            },
+            CasWrite {
+                key: &c,
+                expected: None,
+                record: &new,
+            },
+        ])
+        .await
+        .unwrap();
+    for (key, version) in [&a, &c].into_iter().zip(&versions) {
+        let stored = s.get(key).await.unwrap().unwrap();
+        assert_eq!((&stored.version, &stored.record), (version, &new), "{key}");
+    }
+
+    // Known keys: one write, no read.
+    let counted = PrimitivesOnly(FaultyStorage::new(s));
+    let keys: Vec<String> = ["x", "y"].iter().map(|k| format!("{p}{k}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let lease = Duration::from_secs(30);
+    let owner = OwnerId::random();
+    let taken = counted
+        .acquire_many(&keys, &request(owner, lease, false))
+        .await
+        .unwrap();
+    assert!(
+        matches!(taken, AcquireManyOutcome::Acquired(_)),
+        "{taken:?}"
+    );
+    for key in &keys {
+        counted.release(key, owner).await.unwrap();
+    }
+    let known = keys.iter().all(|k| cas(&counted).known(k).is_some());
+    let single =
+        |c: &PrimitivesOnly<FaultyStorage<S>>| c.0.calls(Op::Create) + c.0.calls(Op::Update);
+    let (gets, writes, singles) = (
+        counted.0.calls(Op::Get),
+        counted.0.calls(Op::WriteAll),
+        single(&counted),
+    );
+    let taken = counted
+        .acquire_many(&keys, &request(OwnerId::random(), lease, false))
+        .await
+        .unwrap();
+    assert!(
+        matches!(taken, AcquireManyOutcome::Acquired(_)),
+        "{taken:?}"
+    );
+    assert_eq!(counted.0.calls(Op::WriteAll), writes + 1);
+    assert_eq!(single(&counted), singles, "a key was written on its own");
+    if known {
+        assert_eq!(counted.0.calls(Op::Get), gets, "a known key was read");
+    }
+}
+
 /// Release writes a tombstone (count 0, fencing kept) instead of deleting, and the next
 /// acquisition gets the next token.
 pub async fn release_writes_tombstone<S: Storage>(s: S) {

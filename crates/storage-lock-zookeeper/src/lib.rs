@@ -7,7 +7,9 @@
 //! * **Compare-and-set**: create is `create(path)` (`NodeExists` if the lock has a znode),
 //!   update is `setData(path, version)` (`BadVersion` if another write came first). Every
 //!   write goes through the leader and is ordered by one zxid sequence: the writes are
-//!   linearizable on a single server and on an ensemble alike.
+//!   linearizable on a single server and on an ensemble alike. A multi-lock
+//!   ([`Primitives::write_all`]) is one `multi` of those writes, applied together or not at
+//!   all.
 //! * **No deletes, so no ABA.** A znode's data version counts from 0 again when it is deleted
 //!   and created anew, and ZooKeeper can condition a write on nothing else: a client that
 //!   remembered version 5 of the old znode would overwrite version 5 of the new one. So this
@@ -74,9 +76,9 @@ use storage_lock_core::storage::encoding::{escape_key, unescape_key};
 use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::storage::url::UrlParts;
 use storage_lock_core::{
-    Capabilities, ChangeWait, Clock, LockRecord, MonotonicClock, NotificationSource, Notifications,
-    Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored, TimeSource,
-    Timestamp, Version,
+    Capabilities, CasWrite, ChangeWait, Clock, LockRecord, MonotonicClock, NotificationSource,
+    Notifications, Page, PageRequest, Primitives, SourceEvent, Storage, StorageError, Stored,
+    TimeSource, Timestamp, Version,
 };
 use zookeeper_client as zk;
 
@@ -709,6 +711,55 @@ impl Primitives for ZooKeeperStorage {
             }
             Answer::Refused(e) => Err(error("update", e)),
         }
+    }
+
+    fn writes_all_at_once(&self) -> bool {
+        true
+    }
+
+    /// One `multi`: a `create` or a version-checked `setData` per key, applied together or not
+    /// at all. A created znode's data version is 0 (read off the answer's `Stat` would trust
+    /// ZOOKEEPER-4026's servers, which answer a `create` in a `multi` without one).
+    async fn write_all(&self, writes: &[CasWrite<'_>]) -> Result<Vec<Version>, StorageError> {
+        let Some(first) = writes.first() else {
+            return Ok(Vec::new());
+        };
+        let client = self.client().await?;
+        let mut multi = client.new_multi_writer();
+        let mut written = Vec::with_capacity(writes.len());
+        for w in writes {
+            let path = self.path(w.key);
+            let (data, wrote) = self.inner.seen.encode(w.record, rand::random());
+            match w.expected {
+                None => multi.add_create(&path, &data, &persistent()),
+                Some(v) => multi.add_set_data(&path, &data, Some(expected_version(w.key, v)?)),
+            }
+            .map_err(|e| error("write_all", e))?;
+            written.push(wrote);
+        }
+        let committed = multi.commit();
+        let committed = async move { committed.await.map_err(zk::Error::from) };
+        let results = match self.run("write_all", &client, committed).await? {
+            Answer::Done(results) => results,
+            Answer::Refused(_) => return Err(StorageError::conflict(first.key)),
+        };
+        if results.len() != writes.len() {
+            return Err(StorageError::backend(
+                NAME,
+                "write_all",
+                format!("{} answers to {} writes", results.len(), writes.len()),
+            ));
+        }
+        let mut versions = Vec::with_capacity(writes.len());
+        for ((w, result), wrote) in writes.iter().zip(results).zip(written) {
+            let version = match result {
+                zk::MultiWriteResult::SetData { stat } => version_of(w.key, &stat)?,
+                _ => Version::from_u64(0),
+            };
+            self.inner.seen.wrote(w.key, &version, wrote);
+            versions.push(version);
+        }
+        Ok(versions)
     }
 }
 

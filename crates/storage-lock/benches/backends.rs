@@ -798,6 +798,53 @@ async fn kinds_bench(backend: &str, url: &str) {
             &format!("RW read vs {name}"),
             &exclusive,
         );
+
+        // A multi-lock of three names against the same three taken one by one (what a
+        // caller without `acquire_all` writes); both release the three at once.
+        let names = move |c: usize, kind: &str| -> [String; 3] {
+            ["a", "b", "c"].map(|n| format!("bench-multi-{kind}-{tag}-{c}-{n}"))
+        };
+        let multi_op = || {
+            let (locks, opts) = (locks.clone(), opts.clone());
+            move |c: usize| {
+                let (locks, opts, names) = (locks.clone(), opts.clone(), names(c, "all"));
+                async move {
+                    let asked: Vec<&str> = names.iter().map(String::as_str).collect();
+                    let all = storage_lock::kinds::acquire_all(&locks, &asked, &opts)
+                        .await
+                        .unwrap()
+                        .expect("free");
+                    all.release().await.unwrap();
+                }
+            }
+        };
+        let one_by_one_op = || {
+            let (locks, opts) = (locks.clone(), opts.clone());
+            move |c: usize| {
+                let (locks, opts, names) = (locks.clone(), opts.clone(), names(c, "each"));
+                async move {
+                    let mut held = Vec::with_capacity(names.len());
+                    for name in &names {
+                        held.push(locks.try_acquire(name, &opts).await.unwrap().expect("free"));
+                    }
+                    let released = held.iter().map(storage_lock::LockHandle::release);
+                    for r in futures_util::future::join_all(released).await {
+                        r.unwrap();
+                    }
+                }
+            }
+        };
+        let (each, multi, one_by_one) = alternating(clients, multi_op, one_by_one_op).await;
+        row(
+            backend,
+            clients,
+            &multi,
+            &format!(
+                "multi-lock of 3 vs the 3 names taken one by one, {}",
+                rounds_note(&each)
+            ),
+            &one_by_one,
+        );
     }
 }
 

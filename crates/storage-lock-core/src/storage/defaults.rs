@@ -15,7 +15,7 @@ use super::StorageExt;
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use super::primitives_of;
 use super::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, LockRecord, OwnerId, PageRequest,
+    AcquireManyOutcome, AcquireOutcome, AcquireRequest, CasWrite, LockRecord, OwnerId, PageRequest,
     Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored,
     SweepReport, Timestamp, Version,
 };
@@ -375,6 +375,125 @@ pub(super) async fn acquire_many<S: Storage + ?Sized>(
         return failed;
     }
     Ok(AcquireManyOutcome::Acquired(taken))
+}
+
+/// Write attempts of [`acquire_many_at_once`] refused by a concurrent write before it takes the
+/// keys one by one instead.
+const AT_ONCE_ATTEMPTS: u32 = 8;
+
+/// [`Storage::acquire_many`] on primitives that write several keys at once: every key decided
+/// by [`ops::decide_acquire`] on what the storage knows ([`Primitives::known`]) or reads, then
+/// one [`Primitives::write_all`]. A busy key decided on a hint is read again; one busy on a
+/// read ends the call with nothing written. A refused write (someone wrote one of the keys
+/// since) starts over on reads. A fresh key's token is checked against the fencing floor after
+/// the write, as [`try_acquire`] does.
+pub(super) async fn acquire_many_at_once<S: Primitives + ?Sized>(
+    s: &S,
+    keys: &[&str],
+    req: &AcquireRequest,
+) -> Result<AcquireManyOutcome, StorageError> {
+    let mut use_hints = true;
+    'attempt: for _ in 0..AT_ONCE_ATTEMPTS {
+        let now = s.now().await?;
+        let mut current: Vec<Option<Stored>> = Vec::with_capacity(keys.len());
+        let mut records: Vec<LockRecord> = Vec::with_capacity(keys.len());
+        for (index, key) in keys.iter().enumerate() {
+            let hint = use_hints.then(|| s.known(key)).flatten();
+            let hinted = hint.is_some();
+            let mut stored = match hint {
+                Some(hint) => Some(hint),
+                None => s.get(key).await?,
+            };
+            let mut planned = planned_write(stored.as_ref(), now, req);
+            if hinted && planned.is_err() {
+                stored = s.get(key).await?;
+                planned = planned_write(stored.as_ref(), now, req);
+            }
+            match planned {
+                Ok(record) => records.push(record),
+                Err(outcome) => return Ok(AcquireManyOutcome::Busy { index, outcome }),
+            }
+            current.push(stored);
+        }
+        if current.iter().any(Option::is_none) {
+            // Fresh keys start above the floor (read after the records, as `decide_acquire`
+            // requires).
+            let above = s.fencing_floor().await?.saturating_add(1);
+            for (record, _) in records
+                .iter_mut()
+                .zip(&current)
+                .filter(|(_, c)| c.is_none())
+            {
+                record.fencing = record.fencing.max(above);
+            }
+        }
+        let writes: Vec<CasWrite<'_>> = keys
+            .iter()
+            .zip(&current)
+            .zip(&records)
+            .map(|((key, c), record)| CasWrite {
+                key,
+                expected: c.as_ref().map(|c| &c.version),
+                record,
+            })
+            .collect();
+        let versions = match s.write_all(&writes).await {
+            Ok(versions) => versions,
+            Err(e) if e.is_cas_conflict() => {
+                use_hints = false;
+                continue;
+            }
+            // Not for this many keys (a transaction's size limit): one by one.
+            Err(StorageError::Unsupported { .. }) => break,
+            Err(e) => return Err(e),
+        };
+        let mut granted = Vec::with_capacity(keys.len());
+        for (((key, c), record), version) in keys.iter().zip(&current).zip(records).zip(versions) {
+            if c.is_some() {
+                granted.push(ops::acquired(&record));
+                continue;
+            }
+            match settle_fresh_token(s, key, version, record).await? {
+                Some(record) => granted.push(ops::acquired(&record)),
+                // The fresh record changed meanwhile (its lease ran out): give every key back
+                // and start over.
+                None => {
+                    for key in keys {
+                        let _ = release(s, key, req.owner).await;
+                    }
+                    use_hints = false;
+                    continue 'attempt;
+                }
+            }
+        }
+        return Ok(AcquireManyOutcome::Acquired(granted));
+    }
+    acquire_many(s, keys, req).await
+}
+
+/// The record [`ops::decide_acquire`] writes over `stored` (a fresh key's token as if the
+/// floor were 0), or the busy answer.
+fn planned_write(
+    stored: Option<&Stored>,
+    now: Timestamp,
+    req: &AcquireRequest,
+) -> Result<LockRecord, AcquireOutcome> {
+    let rec = stored.map(|c| &c.record);
+    match (ops::decide_acquire(rec, 0, now, req), rec) {
+        (AcquireDecision::Take(record), _) => Ok(record),
+        (AcquireDecision::Reenter { count, expires_at }, Some(rec)) => Ok(LockRecord {
+            count,
+            expires_at,
+            ..rec.clone()
+        }),
+        (AcquireDecision::Busy(outcome), _) => Err(outcome),
+        // A reentry needs a record; without one, `decide_acquire` takes the key.
+        (AcquireDecision::Reenter { .. }, None) => Err(AcquireOutcome::Busy {
+            expires_at: now,
+            now,
+            holder: None,
+        }),
+    }
 }
 
 /// [`StorageExt::semaphore_limit`] on the primitives: read the limit record, and create it if

@@ -92,11 +92,14 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     /// ([`ops::decide_acquire`]). The keys are distinct, in the order the caller takes them
     /// (a multi-lock sorts them).
     ///
-    /// The default takes the keys one by one with [`Storage::acquire_once`] and, at the first
-    /// busy key, releases the ones it took: one round trip per key, and for a moment others
-    /// may find a key held that the call then gives back. A backend with a multi-key
-    /// transaction overrides it to decide and write every key at once, in one round trip (one
-    /// script, one statement); then nobody ever sees part of the keys taken.
+    /// The default, on a storage whose primitives write several keys at once
+    /// ([`Primitives::write_all`]), decides every key on what it knows or reads and writes
+    /// them all in one [`Primitives::write_all`]: one request when the records are known. On
+    /// the others it takes the keys one by one with [`Storage::acquire_once`] ([`acquire_each`])
+    /// and, at the first busy key, releases the ones it took: one round trip per key, and for a
+    /// moment others may find a key held that the call then gives back. A backend whose lock
+    /// operations are its own overrides it to decide and write every key at once, in one
+    /// round trip (one script, one statement); then nobody ever sees part of the keys taken.
     ///
     /// # Errors
     /// As [`Storage::acquire_once`]: the outcome of every key is unknown (the default gives
@@ -107,7 +110,10 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         keys: &[&str],
         req: &AcquireRequest,
     ) -> Result<AcquireManyOutcome, StorageError> {
-        acquire_each(self, keys, req).await
+        match self.primitives() {
+            Some(p) if p.writes_all_at_once() => defaults::acquire_many_at_once(p, keys, req).await,
+            _ => acquire_each(self, keys, req).await,
+        }
     }
 
     /// Extends `owner`'s live hold of `key` to `now + lease` (see [`ops::decide_renew`]).
@@ -203,6 +209,18 @@ pub async fn acquire_each<S: Storage + ?Sized>(
     defaults::acquire_many(s, keys, req).await
 }
 
+/// One conditional write of [`Primitives::write_all`].
+#[derive(Debug, Clone, Copy)]
+pub struct CasWrite<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// `None`: create (the key must be absent); `Some`: update (the stored version must be
+    /// this one).
+    pub expected: Option<&'a Version>,
+    /// The record to store.
+    pub record: &'a LockRecord,
+}
+
 /// The compare-and-set primitives of a store (see [`Storage::primitives`] and the contract in
 /// [`Storage`]'s docs): the writes the provided lock operations are built on.
 ///
@@ -234,6 +252,31 @@ pub trait Primitives: Storage {
     fn known(&self, key: &str) -> Option<Stored> {
         let _ = key;
         None
+    }
+
+    /// Whether [`Primitives::write_all`] is implemented (default: `false`); the two go
+    /// together.
+    fn writes_all_at_once(&self) -> bool {
+        false
+    }
+
+    /// Applies every write or none, in one request: each a create (`expected: None`: the key
+    /// must be absent) or an update (the stored version must be `expected`), as
+    /// [`Primitives::create`] and [`Primitives::update`] would one by one. The new versions, in
+    /// order. Implemented where the store has a multi-key transaction (etcd's `Txn`,
+    /// ZooKeeper's `multi`); [`Storage::acquire_many`] then takes a multi-lock in one request.
+    /// The keys are distinct.
+    ///
+    /// # Errors
+    /// [`StorageError::AlreadyExists`] or [`StorageError::Conflict`] when any condition fails
+    /// (nothing was written; which key, if known); [`StorageError::Unsupported`] by default;
+    /// any other error: the outcome is unknown.
+    async fn write_all(&self, writes: &[CasWrite<'_>]) -> Result<Vec<Version>, StorageError> {
+        let _ = writes;
+        Err(StorageError::Unsupported {
+            backend: self.name().to_owned(),
+            operation: "write_all",
+        })
     }
 
     /// Deletes the record iff its version is `expected`. Optional
