@@ -14,6 +14,8 @@
 //!   dynalite, costs the read). Reads are
 //!   `GetItem` with `ConsistentRead`. DynamoDB's conditional writes on one item and its strongly
 //!   consistent reads are linearizable (AWS documents both), which is all the engine needs.
+//!   A multi-lock ([`Primitives::write_all`]) is one `TransactWriteItems` of those `Put`s,
+//!   applied together or not at all.
 //! * **Time: observed** ([`TimeSource::Observed`], proof in
 //!   [`storage_lock_core::storage::observed`]): a contender judges a hold over once it has seen
 //!   the same version for the lease left in it, timed on its own monotonic clock. No wall clock
@@ -74,8 +76,8 @@ use serde_json::{Value, json};
 use storage_lock_core::storage::observed::Observations;
 use storage_lock_core::storage::url::{UrlParts, allow_volatile};
 use storage_lock_core::{
-    Capabilities, Clock, Durability, LockRecord, MonotonicClock, Page, PageRequest, Primitives,
-    Storage, StorageError, Stored, TimeSource, Timestamp, Version,
+    Capabilities, CasWrite, Clock, Durability, LockRecord, MonotonicClock, Page, PageRequest,
+    Primitives, Storage, StorageError, Stored, TimeSource, Timestamp, Version,
 };
 
 use client::{Client, Refusal};
@@ -89,6 +91,8 @@ const MAX_PREFIX: usize = 1024;
 const EMULATOR_FORGETS: &str = "a DynamoDB emulator keeps its tables in memory: a restart \
                                 forgets every held lock and fencing token";
 const CONDITION_FAILED: &str = "ConditionalCheckFailedException";
+/// The most items DynamoDB takes in one `TransactWriteItems`.
+pub const MAX_TRANSACT_ITEMS: usize = 100;
 
 fn invalid(reason: impl Into<String>) -> StorageError {
     StorageError::config(NAME, reason.into())
@@ -107,6 +111,9 @@ struct Inner {
     prefix: String,
     seen: Observations,
     durability: Durability,
+    /// Set once the service answered that it does not know `TransactWriteItems` (dynalite):
+    /// multi-locks then take their keys one by one without asking again.
+    no_transactions: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for DynamoDbStorage {
@@ -547,6 +554,7 @@ impl DynamoDbStorageBuilder {
                 prefix: self.prefix,
                 seen: Observations::with_clock(self.clock),
                 durability,
+                no_transactions: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         storage
@@ -683,6 +691,95 @@ impl Primitives for DynamoDbStorage {
             }
             Err(refusal) if refusal.is(CONDITION_FAILED) => Err(StorageError::conflict(key)),
             Err(refusal) => Err(refusal.into_error("delete")),
+        }
+    }
+
+    fn writes_all_at_once(&self) -> bool {
+        !self
+            .inner
+            .no_transactions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// One `TransactWriteItems` of conditional `Put`s (up to [`MAX_TRANSACT_ITEMS`]; more, or
+    /// a service that does not know the call, such as dynalite:
+    /// [`StorageError::Unsupported`], and the caller takes the keys one by one). A canceled
+    /// transaction (a condition failed, or another transaction wrote one of the items) wrote
+    /// nothing: a typed conflict.
+    async fn write_all(&self, writes: &[CasWrite<'_>]) -> Result<Vec<Version>, StorageError> {
+        let Some(first) = writes.first() else {
+            return Ok(Vec::new());
+        };
+        let unsupported = |why: &'static str| StorageError::Unsupported {
+            backend: NAME.to_owned(),
+            operation: why,
+        };
+        if writes.len() > MAX_TRANSACT_ITEMS {
+            return Err(unsupported(
+                "write_all of more items than one transaction takes",
+            ));
+        }
+        let mut items = Vec::with_capacity(writes.len());
+        let mut written = Vec::with_capacity(writes.len());
+        for w in writes {
+            let version: u64 = rand::random_range(1..=u64::MAX);
+            let (bytes, wrote) = self.inner.seen.encode(w.record, version);
+            let mut item = self.key(w.key);
+            item["r"] = json!({ "B": BASE64.encode(bytes) });
+            item["v"] = json!({ "N": version.to_string() });
+            let mut put = match w.expected {
+                None => json!({ "ConditionExpression": "attribute_not_exists(k)" }),
+                Some(expected) => json!({
+                    "ConditionExpression": "v = :v",
+                    "ExpressionAttributeValues": expected_version(w.key, expected)?,
+                }),
+            };
+            put["TableName"] = Value::String(self.inner.table.clone());
+            put["Item"] = item;
+            items.push(json!({ "Put": put }));
+            written.push((Version::from_u64(version), wrote));
+        }
+        let body = json!({ "TransactItems": items });
+        match self
+            .inner
+            .client
+            .call("write_all", "TransactWriteItems", &body)
+            .await?
+        {
+            Ok(_) => Ok(writes
+                .iter()
+                .zip(written)
+                .map(|(w, (version, wrote))| {
+                    self.inner.seen.wrote(w.key, &version, wrote);
+                    version
+                })
+                .collect()),
+            Err(refusal) if refusal.is("TransactionCanceledException") => {
+                let reasons = refusal
+                    .body
+                    .get("CancellationReasons")
+                    .and_then(Value::as_array);
+                let refused = reasons.is_none_or(|reasons| {
+                    reasons.iter().any(|r| {
+                        matches!(
+                            r.get("Code").and_then(Value::as_str),
+                            Some("ConditionalCheckFailed" | "TransactionConflict")
+                        )
+                    })
+                });
+                if refused {
+                    Err(StorageError::conflict(first.key))
+                } else {
+                    Err(refusal.into_error("write_all"))
+                }
+            }
+            Err(refusal) if refusal.is("UnknownOperationException") => {
+                self.inner
+                    .no_transactions
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(unsupported("TransactWriteItems"))
+            }
+            Err(refusal) => Err(refusal.into_error("write_all")),
         }
     }
 }
