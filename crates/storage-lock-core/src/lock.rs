@@ -94,8 +94,10 @@ pub trait DistributedLock: Send + Sync {
     /// call: one round trip on a storage that overrides it (see its docs).
     ///
     /// # Errors
-    /// As [`DistributedLock::try_acquire`]; nothing is held after an error (a hold whose
-    /// release failed lapses at the end of its lease).
+    /// As [`DistributedLock::try_acquire`], and [`LockError::InvalidOptions`] for two names of
+    /// one lock (a [`crate::KeyNormalizer`]'s doing) from a [`crate::StorageLock`]. After an
+    /// error every grant the call may have got is released (one whose release fails lapses at
+    /// the end of its lease).
     ///
     /// # Cancel safety
     /// As [`DistributedLock::try_acquire`]: grants that land after the drop are released.

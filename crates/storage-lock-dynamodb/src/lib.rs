@@ -43,7 +43,9 @@
 //!   keep admin listings off tables shared with other data.
 //! * **Waiting** backs off with jitter (DynamoDB Streams would notify, at a cost per shard).
 //! * **Permissions** it needs: `dynamodb:DescribeTable` (and `CreateTable` unless
-//!   `create=false`), `GetItem`, `PutItem`, `DeleteItem`, and `Scan` for listings and sweeps.
+//!   `create=false`), `GetItem`, `PutItem`, `DeleteItem`, `Scan` for listings and sweeps, and
+//!   `TransactWriteItems` for multi-locks (without it, a multi-lock fails with the service's
+//!   refusal).
 //!
 //! # URL
 //! `dynamodb://TABLE[/PREFIX][?region=R&endpoint=URL&emulator=true&create=false&timeout=2s&durability=volatile]`:
@@ -91,6 +93,9 @@ const MAX_PREFIX: usize = 1024;
 const EMULATOR_FORGETS: &str = "a DynamoDB emulator keeps its tables in memory: a restart \
                                 forgets every held lock and fencing token";
 const CONDITION_FAILED: &str = "ConditionalCheckFailedException";
+/// A single-item write refused because a transaction that includes the item is under way
+/// (nothing was written).
+const TRANSACTION_CONFLICT: &str = "TransactionConflictException";
 /// The most items DynamoDB takes in one `TransactWriteItems`.
 pub const MAX_TRANSACT_ITEMS: usize = 100;
 
@@ -206,6 +211,9 @@ impl DynamoDbStorage {
                 self.inner.seen.wrote(key, &version, written);
                 Ok(version)
             }
+            // A transaction (a multi-lock's `write_all`) that includes the item is under way:
+            // nothing was written; the engine reads and decides again.
+            Err(refusal) if refusal.is(TRANSACTION_CONFLICT) => Err(refused(key)),
             // An emulator that ignores the option (dynalite) sends no item, and an item that
             // does not decode is left to the retry's read to report: the engine reads.
             Err(refusal) if refusal.is(CONDITION_FAILED) => {
@@ -689,7 +697,9 @@ impl Primitives for DynamoDbStorage {
                 self.inner.seen.forget(key);
                 Ok(())
             }
-            Err(refusal) if refusal.is(CONDITION_FAILED) => Err(StorageError::conflict(key)),
+            Err(refusal) if refusal.is(CONDITION_FAILED) || refusal.is(TRANSACTION_CONFLICT) => {
+                Err(StorageError::conflict(key))
+            }
             Err(refusal) => Err(refusal.into_error("delete")),
         }
     }

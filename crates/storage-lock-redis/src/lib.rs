@@ -608,7 +608,6 @@ fn corrupt(key: &str, reason: impl fmt::Display) -> StorageError {
     }
 }
 
-/// A lease in milliseconds, clamped so that `now + lease` stays exact in Lua's doubles.
 /// A busy answer's `expires_at, now, host, pid, note` (the holder's), as the scripts return them.
 fn busy_outcome(key: &str, reply: &[Value]) -> Result<AcquireOutcome, StorageError> {
     let holder = text(reply.get(2)).map(|host| {
@@ -625,6 +624,7 @@ fn busy_outcome(key: &str, reply: &[Value]) -> Result<AcquireOutcome, StorageErr
     })
 }
 
+/// A lease in milliseconds, clamped so that `now + lease` stays exact in Lua's doubles.
 fn lease_millis(lease: Duration) -> u64 {
     u64::try_from(lease.as_millis()).map_or(1 << 50, |ms| ms.min(1 << 50))
 }

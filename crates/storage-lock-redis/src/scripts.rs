@@ -74,21 +74,35 @@ local function busy(key, r, now)
   local h = redis.call('HMGET', key, 'hh', 'hp', 'hn')
   return {0, tonumber(r[4]), now, h[1] or false, h[2] or false, h[3] or false}
 end
--- Takes or re-enters `key` (as `look` decided on `r`); `floor_key` is read for a fresh key.
+-- The fencing token `grant` gives `key` (as `look` decided on `r`): the record's for a
+-- reentry, one above it for a new hold, one above the floor (`floor()`, read when first
+-- needed) for a fresh key. Errors on a bad record happen here, before anything is written.
+local function token(how, r, floor)
+  local f = tonumber(r[3])
+  if how == 'reenter' then return f end
+  if r[2] then
+    if not f then return redis.error_reply('a lock record without a fencing token') end
+    return f + 1
+  end
+  return floor() + 1
+end
+-- A reader of the floor record at `floor_key` that reads it once.
+local function floor_reader(floor_key)
+  local floor
+  return function()
+    if not floor then floor = tonumber(redis.call('HGET', floor_key, 'f') or '0') end
+    return floor
+  end
+end
+-- Takes or re-enters `key` (as `look` decided on `r`) with the token `fencing`; only writes.
 -- Returns `{fencing, count, expires_at}`.
-local function grant(key, how, r, floor_key, now)
+local function grant(key, how, r, fencing, now)
   local exp = now + tonumber(ARGV[3])
   if how == 'reenter' then
     local count, e = tonumber(r[2]) + 1, tonumber(r[4])
     if e > exp then exp = e end
     redis.call('HSET', key, 'v', ARGV[1], 'c', count, 'e', exp)
-    return {tonumber(r[3]), count, exp}
-  end
-  local fencing
-  if r[2] then
-    fencing = tonumber(r[3]) + 1
-  else
-    fencing = tonumber(redis.call('HGET', floor_key, 'f') or '0') + 1
+    return {fencing, count, exp}
   end
   -- One HSET for the whole record; drop holder fields this request does not set (if present).
   if ARGV[5] == '1' and ARGV[8] == '1' then
@@ -117,13 +131,16 @@ pub(crate) fn acquire() -> String {
 local now = now_ms()
 local how, r = look(KEYS[1], now)
 if how == 'busy' then return busy(KEYS[1], r, now) end
-local g = grant(KEYS[1], how, r, KEYS[2], now)
+local f = token(how, r, floor_reader(KEYS[2]))
+if type(f) == 'table' then return f end
+local g = grant(KEYS[1], how, r, f, now)
 return {{1, g[1], g[2], g[3]}}"
     )
 }
 
 /// KEYS = the records (distinct), then the floor record; ARGV as [`ACQUIRE_RULE`]. All or
-/// nothing, on one `TIME`: every record is looked at before any is written. Returns `{1,
+/// nothing, on one `TIME`: every record is looked at, and every token worked out, before any
+/// is written (a script that fails half-way keeps what it wrote). Returns `{1,
 /// fencing, count, expires_at}` followed by the same three for each further key when all are
 /// acquired, else `{0, position (1-based), expires_at, now, host, pid, note}` for the first
 /// busy key, which is marked as [`acquire`] marks it; nothing else is written then.
@@ -132,18 +149,21 @@ pub(crate) fn acquire_many() -> String {
         "{PRELUDE}{ACQUIRE_RULE}
 local now = now_ms()
 local n = #KEYS - 1
-local hows, rs = {{}}, {{}}
+local floor = floor_reader(KEYS[n + 1])
+local hows, rs, fs = {{}}, {{}}, {{}}
 for i = 1, n do
   local how, r = look(KEYS[i], now)
   if how == 'busy' then
     local b = busy(KEYS[i], r, now)
     return {{0, i, b[2], b[3], b[4], b[5], b[6]}}
   end
-  hows[i], rs[i] = how, r
+  local f = token(how, r, floor)
+  if type(f) == 'table' then return f end
+  hows[i], rs[i], fs[i] = how, r, f
 end
 local out = {{1}}
 for i = 1, n do
-  local g = grant(KEYS[i], hows[i], rs[i], KEYS[n + 1], now)
+  local g = grant(KEYS[i], hows[i], rs[i], fs[i], now)
   out[#out + 1] = g[1]
   out[#out + 1] = g[2]
   out[#out + 1] = g[3]

@@ -74,9 +74,15 @@ const NAME: &str = "postgres";
 /// What every connection sets before its first statement, whatever the server, database, role
 /// or URL default: the isolation the statements are written for (a snapshot per statement;
 /// the acquisition locks the floor row it reads), and commits that wait for the WAL flush (a
-/// grant acknowledged and then lost in a crash could be handed out twice).
+/// grant acknowledged and then lost in a crash could be handed out twice). Plans are generic:
+/// every statement here finds its rows by the primary key, and under the default
+/// (`plan_cache_mode = auto`) the server planned a multi-key acquisition anew on every
+/// execution (0.3–1.1 ms of planning against 0.15 ms of execution, for three keys), since a
+/// generic plan's estimate for an array of unknown length looked costlier (`plan_cache_mode`:
+/// PostgreSQL 12 or later).
 const SESSION: &str = "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED;
-    SET synchronous_commit = on";
+    SET synchronous_commit = on;
+    SET plan_cache_mode = force_generic_plan";
 
 /// The fencing token an acquisition's insert carries when its snapshot had a row for the key
 /// (see `Statements::acquire`): never stored, since the statement fails if it inserts it.
@@ -93,8 +99,8 @@ const SWEPT_RETRIES: u32 = 8;
 /// and undid its writes (see `Statements::acquire_many`).
 const TAKEN_MEANWHILE: &str = "22012";
 /// SQLSTATE `deadlock_detected`: a multi-key acquisition that locked a row taken after its
-/// snapshot can meet a multi-key renewal locking the same rows in another order; the server
-/// aborts one of them, and nothing it wrote stays.
+/// snapshot (it locks in key order) can meet a multi-key renewal that locks the same rows in
+/// the order of its plan; the server aborts one of them, and nothing it wrote stays.
 const DEADLOCK: &str = "40P01";
 
 /// The driver's URL options that [`PostgresStorageBuilder::from_url`] passes through.
@@ -474,8 +480,9 @@ impl Statements {
             acquire_reentrant: take(true),
             // $1 keys (text[], distinct), $2…$8 as `acquire`. All or nothing, in one statement
             // on one snapshot and one clock: the rows are written only if the snapshot shows
-            // none of the keys held (so a busy call locks and writes nothing), in the order
-            // given (callers sort, so two calls lock shared keys in one order); each row is
+            // none of the keys held (so a busy call locks and writes nothing), in key order
+            // (bytewise, whatever order the caller gave: two calls lock shared keys in one
+            // order, so they cannot deadlock each other); each row is
             // `acquire`'s, sentinel included. If a key turned out held after all (taken after
             // the snapshot: its conflict branch's `WHERE` refused it), fewer rows came back
             // than keys were asked, and the division by zero in the last column fails the
@@ -491,7 +498,7 @@ impl Statements {
                       FROM unnest($1::text[]) WITH ORDINALITY AS r(k, i)
                      WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = ANY($1::text[])
                                           AND count > 0 AND expires_at > {NOW})
-                     ORDER BY r.i
+                     ORDER BY r.k COLLATE \"C\"
                     ON CONFLICT (lock_key) DO UPDATE SET
                        version = EXCLUDED.version, count = 1, fencing = cur.fencing + 1,
                        acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at,

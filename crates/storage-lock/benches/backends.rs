@@ -20,8 +20,10 @@
 //! aim is a ratio (PostgreSQL's durable row, Redis's raw commands and `rslock`), engine and
 //! baseline alternate for a few rounds and the row shows the median round; Redis also prints
 //! the CPU a cycle costs on the server and in this process. `STORAGE_LOCK_BENCH=kinds` instead
-//! measures a semaphore permit's and an RW lock read's cycle against the exclusive lock's on
-//! PostgreSQL and Redis. Prints Markdown rows for BENCHMARKS.md.
+//! measures a semaphore permit's and an RW lock read's cycle against the exclusive lock's, and
+//! a multi-lock of three names against the three taken one by one, on PostgreSQL, Redis and
+//! etcd (`kinds-postgres`, `kinds-redis`, `kinds-etcd`: one of them). Prints Markdown rows
+//! for BENCHMARKS.md.
 
 mod common;
 
@@ -690,10 +692,19 @@ fn main() {
     if wanted("redis-cluster") {
         rt.block_on(redis_cluster_bench(&var("STORAGE_LOCK_REDIS_CLUSTER_URL")));
     }
-    // Not in the default run: STORAGE_LOCK_BENCH=kinds.
-    if only.as_deref() == Some("kinds") {
+    // Not in the default run: STORAGE_LOCK_BENCH=kinds (kinds-postgres, kinds-redis,
+    // kinds-etcd: one backend's rows).
+    let kinds = |backend: &str| {
+        only.as_deref() == Some("kinds") || only.as_deref() == Some(&format!("kinds-{backend}"))
+    };
+    if kinds("postgres") {
         rt.block_on(kinds_bench("PostgreSQL", &var("STORAGE_LOCK_POSTGRES_URL")));
+    }
+    if kinds("redis") {
         rt.block_on(kinds_bench("Redis", &var("STORAGE_LOCK_REDIS_URL")));
+    }
+    if kinds("etcd") {
+        rt.block_on(kinds_bench("etcd", &var("STORAGE_LOCK_ETCD_URL")));
     }
     if wanted("etcd") {
         rt.block_on(etcd_bench(&var("STORAGE_LOCK_ETCD_URL")));
@@ -738,10 +749,10 @@ fn main() {
 async fn kinds_bench(backend: &str, url: &str) {
     use storage_lock::kinds::{RwLock, Semaphore};
     let sep = if url.contains('?') { '&' } else { '?' };
-    let option = if backend == "Redis" {
-        "prefix=storage-lock-bench:"
-    } else {
-        "table=storage_lock_bench"
+    let option = match backend {
+        "Redis" => "prefix=storage-lock-bench:",
+        "etcd" => "prefix=storage-lock-bench-kinds/",
+        _ => "table=storage_lock_bench",
     };
     let locks = connect(&format!("{url}{sep}{option}")).await.unwrap();
     let tag = std::process::id();

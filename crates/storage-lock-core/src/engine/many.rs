@@ -15,6 +15,8 @@
 //! grants that arrive after the caller dropped the future are all released, right after them.
 
 use super::LockEventKind;
+use std::time::Duration;
+
 use super::StorageLock;
 use super::acquire::{Granted, detached};
 use crate::clock::BootInstant;
@@ -38,10 +40,27 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             keys.push(SmallKey::new(&self.key_for(name)?));
         }
         // Two names of one key (a normalizer's doing) are two locks of one key: never held
-        // together. Reported busy before any request, as a storage would report the second.
-        let mut seen = std::collections::HashSet::with_capacity(keys.len());
-        if let Some(twice) = keys.iter().position(|k| !seen.insert(k.as_str())) {
-            return Ok(Err(twice));
+        // together, so waiting for them would never end. Refused before any request.
+        let mut seen = std::collections::HashMap::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(first) = seen.insert(key.as_str(), i) {
+                return Err(LockError::invalid_option(
+                    "names",
+                    format!(
+                        "{:?} and {:?} are one lock (key {:?}): they can never be held together",
+                        names[first],
+                        names[i],
+                        key.as_str()
+                    ),
+                ));
+            }
+        }
+        if options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            if let Some(key) = keys.first() {
+                self.shared.events.emit(LockEventKind::Cancelled, key, None);
+            }
+            telemetry::acquire_finished(Finish::Cancelled, Duration::ZERO);
+            return Err(LockError::Cancelled);
         }
         let req = self.request(OwnerId::random(), options, false);
         let sent_at = BootInstant::now();
@@ -62,7 +81,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         .0;
         let outcomes = match outcome {
             Ok(AcquireManyOutcome::Acquired(outcomes)) => outcomes,
-            Ok(AcquireManyOutcome::Busy { index, .. }) => {
+            Ok(AcquireManyOutcome::Busy { index, .. }) if index < keys.len() => {
                 // As a single attempt that does not wait reports it.
                 let events = &self.shared.events;
                 events.emit(LockEventKind::Contended, &keys[index], None);
@@ -74,7 +93,28 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 );
                 return Ok(Err(index));
             }
+            Ok(AcquireManyOutcome::Busy { index, .. }) => {
+                let e = crate::StorageError::Corrupt {
+                    key: keys
+                        .first()
+                        .map(|k| k.as_str().to_owned())
+                        .unwrap_or_default(),
+                    reason: format!(
+                        "a multi-key acquisition of {} keys answered key {index} busy",
+                        keys.len()
+                    ),
+                };
+                self.give_back_after_error(&keys, req.owner);
+                telemetry::acquire_finished(
+                    Finish::Error,
+                    BootInstant::now().saturating_duration_since(sent_at),
+                );
+                return Err(e.into());
+            }
             Err(e) => {
+                // The storage may have applied the request although its answer was lost: the
+                // owner is this call's own, so releasing every key is safe either way.
+                self.give_back_after_error(&keys, req.owner);
                 telemetry::acquire_finished(
                     Finish::Error,
                     BootInstant::now().saturating_duration_since(sent_at),
@@ -177,6 +217,19 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     }
 }
 
+impl<S: Storage + ?Sized> StorageLock<S> {
+    /// After a failed multi-key request: releases `owner`'s grant of every key in the
+    /// background (the request may have been applied although its answer was lost; the owner
+    /// is the call's own, so a key it never got is left alone).
+    fn give_back_after_error(&self, keys: &[SmallKey], owner: OwnerId) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let (storage, keys) = (self.storage.clone(), keys.to_vec());
+        tokio::spawn(async move { release_keys(storage.as_ref(), &keys, owner).await });
+    }
+}
+
 /// Releases `owner`'s grant of every key (to completion, even if the caller stops waiting); a
 /// failure is logged and leaves that grant to its lease.
 async fn release_keys<S: Storage + ?Sized>(storage: &S, keys: &[SmallKey], owner: OwnerId) {
@@ -238,16 +291,34 @@ mod tests {
         }
     }
 
-    /// Two names of one key are never held together: reported busy, before any storage call.
+    /// Two names of one key are never held together: refused, typed, before any storage call
+    /// (waiting for them would never end); so is an attempt whose cancel token fired.
     #[tokio::test]
-    async fn two_names_of_one_key_are_busy_without_a_request() {
+    async fn two_names_of_one_key_and_a_cancelled_attempt_are_refused_without_a_request() {
         let l = StorageLock::builder(FaultyStorage::new(MemoryStorage::new()))
             .normalizer(Lower)
             .build()
             .unwrap();
         let opts = AcquireOptions::default();
-        let busy = l.try_acquire_many(&["A", "b", "a"], &opts).await.unwrap();
-        assert_eq!(busy.err(), Some(2));
+        let twice = l.try_acquire_many(&["A", "b", "a"], &opts).await;
+        assert!(
+            matches!(twice, Err(crate::LockError::InvalidOptions { .. })),
+            "{twice:?}"
+        );
+        let all = acquire_all(&l, &["A", "a"], &opts.clone().wait(crate::Wait::Forever)).await;
+        assert!(
+            matches!(all, Err(crate::LockError::InvalidOptions { .. })),
+            "{all:?}"
+        );
+        let cancel = tokio_util::sync::CancellationToken::new();
+        cancel.cancel();
+        let cancelled = l
+            .try_acquire_many(&["x", "y"], &opts.clone().cancel(cancel))
+            .await;
+        assert!(
+            matches!(cancelled, Err(crate::LockError::Cancelled)),
+            "{cancelled:?}"
+        );
         assert_eq!(l.storage().total_calls(), 0);
     }
 }

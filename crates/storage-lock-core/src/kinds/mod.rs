@@ -58,7 +58,9 @@
 //!
 //! # Cost
 //! A multi-lock's attempt at k names is one [`crate::Storage::acquire_many`] call: one round
-//! trip on a storage that overrides it (memory, Redis, PostgreSQL), k acquisitions on the
+//! trip on a storage that overrides it (memory, Redis, PostgreSQL), one write after reading
+//! the names it does not know on one whose primitives write several keys at once
+//! ([`crate::Primitives::write_all`]: etcd, ZooKeeper, DynamoDB), k acquisitions on the
 //! others. A semaphore's acquisition tries slots in a random order until
 //! one is free: one round trip while fewer than half the permits are out, at most N when all
 //! are; it waits for releases on at most [`WATCHED_SLOTS`] slots at once (the ones the storage

@@ -84,7 +84,8 @@ async fn release_all(parts: &[LockHandle]) -> Result<(), LockError> {
 /// Deadlock-free whatever order callers pass: the names are sorted and deduplicated, and the
 /// caller never waits while it holds anything (see the [module docs](super)). Names a
 /// [`crate::KeyNormalizer`] maps to one key are two locks of one key: they can never be held
-/// together, and the call ends busy.
+/// together, and a [`crate::StorageLock`] refuses them ([`LockError::InvalidOptions`]) before
+/// any request.
 ///
 /// # Errors
 /// * [`LockError::InvalidOptions`] for an empty list, [`LockError::InvalidName`] /

@@ -367,11 +367,7 @@ pub(super) async fn acquire_many<S: Storage + ?Sized>(
             Ok(outcome) => Ok(AcquireManyOutcome::Busy { index, outcome }),
             Err(e) => Err(e),
         };
-        for given_back in keys[..index].iter().rev() {
-            if let Err(e) = s.release(given_back, req.owner).await {
-                tracing::warn!(key = %given_back, error = %e, "a multi-key acquisition could not give a key back; it lapses with its lease");
-            }
-        }
+        give_back(s, &keys[..index], req.owner).await;
         return failed;
     }
     Ok(AcquireManyOutcome::Acquired(taken))
@@ -453,22 +449,35 @@ pub(super) async fn acquire_many_at_once<S: Primitives + ?Sized>(
                 granted.push(ops::acquired(&record));
                 continue;
             }
-            match settle_fresh_token(s, key, version, record).await? {
-                Some(record) => granted.push(ops::acquired(&record)),
+            match settle_fresh_token(s, key, version, record).await {
+                Ok(Some(record)) => granted.push(ops::acquired(&record)),
                 // The fresh record changed meanwhile (its lease ran out): give every key back
                 // and start over.
-                None => {
-                    for key in keys {
-                        let _ = release(s, key, req.owner).await;
-                    }
+                Ok(None) => {
+                    give_back(s, keys, req.owner).await;
                     use_hints = false;
                     continue 'attempt;
+                }
+                // Every key is held: give them back before the error returns.
+                Err(e) => {
+                    give_back(s, keys, req.owner).await;
+                    return Err(e);
                 }
             }
         }
         return Ok(AcquireManyOutcome::Acquired(granted));
     }
     acquire_many(s, keys, req).await
+}
+
+/// Releases `owner`'s hold of every key (with the storage's own release); a failure leaves
+/// that hold to its lease.
+async fn give_back<S: Storage + ?Sized>(s: &S, keys: &[&str], owner: OwnerId) {
+    for key in keys {
+        if let Err(e) = s.release(key, owner).await {
+            tracing::warn!(key = %key, error = %e, "a multi-key acquisition could not give a key back; it lapses with its lease");
+        }
+    }
 }
 
 /// The record [`ops::decide_acquire`] writes over `stored` (a fresh key's token as if the

@@ -99,7 +99,9 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     /// and, at the first busy key, releases the ones it took: one round trip per key, and for a
     /// moment others may find a key held that the call then gives back. A backend whose lock
     /// operations are its own overrides it to decide and write every key at once, in one
-    /// round trip (one script, one statement); then nobody ever sees part of the keys taken.
+    /// round trip (one script, one statement); then nobody sees part of the keys taken (except
+    /// where an override falls back to the default: for a reentrant request on PostgreSQL,
+    /// or after repeated refused writes).
     ///
     /// # Errors
     /// As [`Storage::acquire_once`]: the outcome of every key is unknown (the default gives
@@ -264,7 +266,8 @@ pub trait Primitives: Storage {
     /// must be absent) or an update (the stored version must be `expected`), as
     /// [`Primitives::create`] and [`Primitives::update`] would one by one. The new versions, in
     /// order. Implemented where the store has a multi-key transaction (etcd's `Txn`,
-    /// ZooKeeper's `multi`); [`Storage::acquire_many`] then takes a multi-lock in one request.
+    /// ZooKeeper's `multi`, DynamoDB's `TransactWriteItems`); [`Storage::acquire_many`] then
+    /// takes a multi-lock in one request.
     /// The keys are distinct.
     ///
     /// # Errors
