@@ -487,6 +487,17 @@ impl RedisStorage {
     }
 
     /// The connection for one write (and its `WAIT`): the next of [`Self::writers`] in turn.
+    /// The floor's key and the arguments of the acquire scripts (see `scripts::ACQUIRE_RULE`),
+    /// after the records' keys.
+    fn request_args(&self, inv: &mut redis::ScriptInvocation<'_>, req: &AcquireRequest) {
+        inv.key(self.redis_key(FENCING_FLOOR_KEY))
+            .arg(version_arg(&Version::random()))
+            .arg(req.owner.to_string())
+            .arg(lease_millis(req.lease))
+            .arg(if req.reentrant { "1" } else { "0" });
+        holder_args(inv, req.holder.as_deref());
+    }
+
     fn writer(&self) -> Conn {
         let i = self.next_writer.fetch_add(1, Ordering::Relaxed);
         self.writers[i % self.writers.len()].clone()
@@ -856,12 +867,7 @@ impl Storage for RedisStorage {
     ) -> Result<AcquireOutcome, StorageError> {
         let mut writer = self.writer();
         let mut inv = self.scripts.acquire.key(self.redis_key(key));
-        inv.key(self.redis_key(FENCING_FLOOR_KEY))
-            .arg(version_arg(&Version::random()))
-            .arg(req.owner.to_string())
-            .arg(lease_millis(req.lease))
-            .arg(if req.reentrant { "1" } else { "0" });
-        holder_args(&mut inv, req.holder.as_deref());
+        self.request_args(&mut inv, req);
         let reply: Vec<Value> = inv
             .invoke_async(&mut writer)
             .await
@@ -894,12 +900,7 @@ impl Storage for RedisStorage {
         for key in keys {
             inv.key(self.redis_key(key));
         }
-        inv.key(self.redis_key(FENCING_FLOOR_KEY))
-            .arg(version_arg(&Version::random()))
-            .arg(req.owner.to_string())
-            .arg(lease_millis(req.lease))
-            .arg(if req.reentrant { "1" } else { "0" });
-        holder_args(&mut inv, req.holder.as_deref());
+        self.request_args(&mut inv, req);
         let reply: Vec<Value> = inv
             .invoke_async(&mut writer)
             .await

@@ -588,6 +588,22 @@ impl Statements {
     }
 }
 
+/// Binds `$2`…`$8` of the `acquire` statements (`$1` is the key, or the keys): the owner, the
+/// lease, the holder, the floor's key and a new version.
+fn bind_request<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    req: &'q AcquireRequest,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    let (host, pid, note) = holder_params(req.holder.as_deref());
+    q.bind(req.owner.to_bytes().to_vec())
+        .bind(lease_millis(req.lease))
+        .bind(host)
+        .bind(pid)
+        .bind(note)
+        .bind(FENCING_FLOOR_KEY)
+        .bind(crate::row::new_version())
+}
+
 /// The grants of an `acquire_many` statement's rows (one per key, in any order), in the order
 /// of `keys`.
 fn granted_in_order(
@@ -719,7 +735,6 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         key: &str,
         req: &AcquireRequest,
     ) -> Result<AcquireOutcome, StorageError> {
-        let (host, pid, note) = holder_params(req.holder.as_deref());
         let take = if req.reentrant {
             &self.sql.acquire_reentrant
         } else {
@@ -728,15 +743,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         let mut swept = 0;
         loop {
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
-            let row = query(take)
-                .bind(key)
-                .bind(&req.owner.to_bytes()[..])
-                .bind(lease_millis(req.lease))
-                .bind(host)
-                .bind(pid)
-                .bind(note)
-                .bind(FENCING_FLOOR_KEY)
-                .bind(crate::row::new_version())
+            let row = bind_request(query(take).bind(key), req)
                 .fetch_optional(c.conn())
                 .await;
             c.keep_if(&row);
@@ -788,18 +795,9 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         if req.reentrant || keys.is_empty() {
             return storage_lock_core::storage::acquire_each(self, keys, req).await;
         }
-        let (host, pid, note) = holder_params(req.holder.as_deref());
         for _ in 0..SWEPT_RETRIES {
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
-            let rows = query(&self.sql.acquire_many)
-                .bind(keys)
-                .bind(&req.owner.to_bytes()[..])
-                .bind(lease_millis(req.lease))
-                .bind(host)
-                .bind(pid)
-                .bind(note)
-                .bind(FENCING_FLOOR_KEY)
-                .bind(crate::row::new_version())
+            let rows = bind_request(query(&self.sql.acquire_many).bind(keys), req)
                 .fetch_all(c.conn())
                 .await;
             c.keep_if(&rows);

@@ -31,15 +31,7 @@ async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
     use std::time::Duration;
     use storage_lock_core::{AcquireOutcome, AcquireRequest, OwnerId, Storage, StorageExt};
 
-    let url = std::env::var("STORAGE_LOCK_POSTGRES_URL")
-        .expect("STORAGE_LOCK_POSTGRES_URL must name a PostgreSQL server (run scripts/test.sh)");
-    let table = format!("sl_race_{:08x}", rand_suffix());
-    let s = PostgresStorage::builder()
-        .url(&url)
-        .table(&table)
-        .open()
-        .await
-        .expect("connect to PostgreSQL");
+    let (s, url, table) = own_table("sl_race").await;
     let req = |owner| AcquireRequest {
         owner,
         lease: Duration::from_secs(30),
@@ -90,6 +82,21 @@ async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
         second > first,
         "token {second} issued after {first}: the floor raised by the sweep was not seen"
     );
+}
+
+/// A storage on a table of its own (`PREFIX_` and a random suffix), with the server's URL and
+/// the table's name.
+async fn own_table(prefix: &str) -> (PostgresStorage, String, String) {
+    let url = std::env::var("STORAGE_LOCK_POSTGRES_URL")
+        .expect("STORAGE_LOCK_POSTGRES_URL must name a PostgreSQL server (run scripts/test.sh)");
+    let table = format!("{prefix}_{:08x}", rand_suffix());
+    let s = PostgresStorage::builder()
+        .url(&url)
+        .table(&table)
+        .open()
+        .await
+        .expect("connect to PostgreSQL");
+    (s, url, table)
 }
 
 fn rand_suffix() -> u32 {
@@ -485,15 +492,7 @@ async fn a_multi_key_acquisition_is_all_or_nothing_even_when_a_key_is_taken_mean
     use std::time::Duration;
     use storage_lock_core::{AcquireManyOutcome, AcquireRequest, HolderInfo, OwnerId, Storage};
 
-    let url = std::env::var("STORAGE_LOCK_POSTGRES_URL")
-        .expect("STORAGE_LOCK_POSTGRES_URL must name a PostgreSQL server (run scripts/test.sh)");
-    let table = format!("sl_multi_{:08x}", rand_suffix());
-    let s = PostgresStorage::builder()
-        .url(&url)
-        .table(&table)
-        .open()
-        .await
-        .expect("connect to PostgreSQL");
+    let (s, url, table) = own_table("sl_multi").await;
     let req = |owner, note: Option<&str>| AcquireRequest {
         owner,
         lease: Duration::from_secs(30),
