@@ -47,37 +47,18 @@ async fn acquisition_delayed_past_a_sweep_gets_a_new_token() {
     s.release("k", a).await.unwrap();
 
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let gate = i64::from(rand_suffix());
-    sqlx::raw_sql(&format!(
-        "CREATE FUNCTION {table}_gate() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM pg_advisory_xact_lock_shared({gate}); RETURN NEW; END $$;
-         CREATE TRIGGER gate BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {table}_gate()"
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
-    let mut blocker = pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(gate)
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+    let (blocker, gate) = closed_gate(&pool, &table, "true").await;
     let s = std::sync::Arc::new(s);
     let delayed = tokio::spawn({
         let s = s.clone();
         async move { s.acquire_once("k", &req(OwnerId::random())).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await; // it has its snapshot and waits
+    until_waiting_at(&pool, gate).await; // it has its snapshot and waits
     let swept = s.sweep("", Duration::ZERO).await.unwrap();
     assert_eq!(swept.deleted, 1, "{swept:?}");
     blocker.rollback().await.unwrap();
     let second = token(delayed.await.unwrap().unwrap());
-    sqlx::raw_sql(&format!(
-        "DROP TABLE {table}; DROP SEQUENCE {table}_version; DROP FUNCTION {table}_gate()"
-    ))
-    .execute(&pool)
-    .await
-    .ok();
+    drop_gated_table(&pool, &table).await;
     assert!(
         second > first,
         "token {second} issued after {first}: the floor raised by the sweep was not seen"
@@ -97,6 +78,68 @@ async fn own_table(prefix: &str) -> (PostgresStorage, String, String) {
         .await
         .expect("connect to PostgreSQL");
     (s, url, table)
+}
+
+/// Closes a gate on `table`: a `BEFORE INSERT` trigger that makes every row for which
+/// `condition` holds wait for an advisory lock, held by the returned transaction (row triggers
+/// run before `ON CONFLICT` looks for the conflicting row). Rolling it back opens the gate.
+async fn closed_gate(
+    pool: &sqlx::PgPool,
+    table: &str,
+    condition: &str,
+) -> (sqlx::Transaction<'static, sqlx::Postgres>, i64) {
+    let gate = i64::from(rand_suffix());
+    sqlx::raw_sql(&format!(
+        "CREATE FUNCTION {table}_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF {condition} THEN PERFORM pg_advisory_xact_lock_shared({gate}); END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER gate BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {table}_gate()"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(gate)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    (blocker, gate)
+}
+
+/// Until a statement waits at the gate `gate` (within 60 s).
+async fn until_waiting_at(pool: &sqlx::PgPool, gate: i64) {
+    let waiting = async {
+        loop {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                   AND objid::bigint = $1",
+            )
+            .bind(gate & 0xffff_ffff)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            if n > 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), waiting)
+        .await
+        .expect("a statement reached the gate");
+}
+
+/// Drops a table of [`own_table`] and its gate.
+async fn drop_gated_table(pool: &sqlx::PgPool, table: &str) {
+    sqlx::raw_sql(&format!(
+        "DROP TABLE {table}; DROP SEQUENCE {table}_version; DROP FUNCTION {table}_gate()"
+    ))
+    .execute(pool)
+    .await
+    .ok();
 }
 
 fn rand_suffix() -> u32 {
@@ -518,59 +561,19 @@ async fn a_multi_key_acquisition_is_all_or_nothing_even_when_a_key_is_taken_mean
     s.release("b", x).await.unwrap();
 
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let gate = i64::from(rand_suffix());
-    sqlx::raw_sql(&format!(
-        "CREATE FUNCTION {table}_gate() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-           IF NEW.holder_note = 'gated' THEN PERFORM pg_advisory_xact_lock_shared({gate}); END IF;
-           RETURN NEW;
-         END $$;
-         CREATE TRIGGER gate BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {table}_gate()"
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
-    let mut blocker = pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(gate)
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+    let (blocker, gate) = closed_gate(&pool, &table, "NEW.holder_note = 'gated'").await;
     let s = Arc::new(s);
     let gated = tokio::spawn({
         let s = s.clone();
         async move { s.acquire_many(&keys, &req(y, Some("gated"))).await }
     });
     // Until the statement waits at the gate (it has its snapshot: every key free).
-    let waiting = async {
-        loop {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-                   AND objid::bigint = $1",
-            )
-            .bind(gate & 0xffff_ffff)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            if n > 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), waiting)
-        .await
-        .expect("the multi-key statement reached the gate");
+    until_waiting_at(&pool, gate).await;
     s.acquire_once("c", &req(x, None)).await.unwrap();
     blocker.rollback().await.unwrap();
     let answer = gated.await.unwrap().unwrap();
     let (a, b) = (s.get("a").await.unwrap(), s.get("b").await.unwrap());
-    sqlx::raw_sql(&format!(
-        "DROP TABLE {table}; DROP SEQUENCE {table}_version; DROP FUNCTION {table}_gate()"
-    ))
-    .execute(&pool)
-    .await
-    .ok();
+    drop_gated_table(&pool, &table).await;
     assert!(
         matches!(answer, AcquireManyOutcome::Busy { index: 2, .. }),
         "{answer:?}"

@@ -79,9 +79,24 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         )
         .await
         .0;
-        let outcomes = match outcome {
-            Ok(AcquireManyOutcome::Acquired(outcomes)) => outcomes,
-            Ok(AcquireManyOutcome::Busy { index, .. }) if index < keys.len() => {
+        // A busy position outside the keys is a broken answer, handled as a failed request.
+        let outcome = outcome.and_then(|o| match o {
+            AcquireManyOutcome::Busy { index, .. } if index >= keys.len() => {
+                Err(crate::StorageError::Corrupt {
+                    key: keys
+                        .first()
+                        .map(|k| k.as_str().to_owned())
+                        .unwrap_or_default(),
+                    reason: format!(
+                        "a multi-key acquisition of {} keys answered key {index} busy",
+                        keys.len()
+                    ),
+                })
+            }
+            o => Ok(o),
+        });
+        let failed: LockError = match outcome {
+            Ok(AcquireManyOutcome::Busy { index, .. }) => {
                 // As a single attempt that does not wait reports it.
                 let events = &self.shared.events;
                 events.emit(LockEventKind::Contended, &keys[index], None);
@@ -93,60 +108,57 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 );
                 return Ok(Err(index));
             }
-            Ok(AcquireManyOutcome::Busy { index, .. }) => {
-                let e = crate::StorageError::Corrupt {
-                    key: keys
-                        .first()
-                        .map(|k| k.as_str().to_owned())
-                        .unwrap_or_default(),
-                    reason: format!(
-                        "a multi-key acquisition of {} keys answered key {index} busy",
-                        keys.len()
-                    ),
-                };
-                self.give_back_after_error(&keys, req.owner);
-                telemetry::acquire_finished(
-                    Finish::Error,
-                    BootInstant::now().saturating_duration_since(sent_at),
-                );
-                return Err(e.into());
+            Ok(AcquireManyOutcome::Acquired(outcomes)) => {
+                let granted_at = BootInstant::now();
+                match self.check_grants(&keys, outcomes, options, sent_at, granted_at) {
+                    Ok(granted) => {
+                        return self.start_holds(&keys, names, req.owner, options, &granted);
+                    }
+                    // Granted but refused: released first, then the error reported.
+                    Err(e) => {
+                        let (storage, refused) = (self.storage.clone(), keys.clone());
+                        detached(
+                            async move { release_keys(storage.as_ref(), &refused, req.owner).await },
+                            |()| async {},
+                        )
+                        .await;
+                        e
+                    }
+                }
             }
             Err(e) => {
                 // The storage may have applied the request although its answer was lost: the
                 // owner is this call's own, so releasing every key is safe either way.
                 self.give_back_after_error(&keys, req.owner);
-                telemetry::acquire_finished(
-                    Finish::Error,
-                    BootInstant::now().saturating_duration_since(sent_at),
-                );
-                return Err(e.into());
+                e.into()
             }
         };
-        let granted_at = BootInstant::now();
-        let granted = match self.check_grants(&keys, outcomes, options, sent_at, granted_at) {
-            Ok(granted) => granted,
-            Err(e) => {
-                let (storage, refused) = (self.storage.clone(), keys.clone());
-                detached(
-                    async move { release_keys(storage.as_ref(), &refused, req.owner).await },
-                    |()| async {},
-                )
-                .await;
-                telemetry::acquire_finished(
-                    Finish::Error,
-                    BootInstant::now().saturating_duration_since(sent_at),
-                );
-                return Err(e);
-            }
-        };
+        telemetry::acquire_finished(
+            Finish::Error,
+            BootInstant::now().saturating_duration_since(sent_at),
+        );
+        Err(failed)
+    }
+
+    /// The handles of checked grants (see [`Self::check_grants`]), one per key.
+    fn start_holds(
+        &self,
+        keys: &[SmallKey],
+        names: &[&str],
+        owner: OwnerId,
+        options: &AcquireOptions,
+        granted: &[Granted],
+    ) -> Result<Result<Vec<LockHandle>, usize>, LockError> {
         let mut handles = Vec::with_capacity(keys.len());
-        for ((key, name), granted) in keys.iter().zip(names).zip(&granted) {
+        for ((key, name), granted) in keys.iter().zip(names).zip(granted) {
             telemetry::acquire_finished(
                 Finish::Acquired,
-                granted_at.saturating_duration_since(sent_at),
+                granted
+                    .granted_at
+                    .saturating_duration_since(granted.sent_at),
             );
-            // Checked above: starting a hold cannot fail any more.
-            handles.push(self.start_hold(key, name, req.owner, options, granted)?);
+            // Checked: starting a hold cannot fail any more.
+            handles.push(self.start_hold(key, name, owner, options, granted)?);
         }
         Ok(Ok(handles))
     }
