@@ -12,9 +12,9 @@ use async_trait::async_trait;
 
 use crate::storage::primitives_of;
 use crate::storage::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite, ChangeWait,
-    LockRecord, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest,
-    Storage, StorageError, Stored, Timestamp, Version,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite,
+    ChangeWait, LockRecord, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome,
+    RenewRequest, Storage, StorageError, Stored, Timestamp, Version,
 };
 
 /// One kind of [`Storage`] call, for [`FaultyStorage::calls`].
@@ -30,13 +30,14 @@ pub enum Op {
     List,
     AcquireOnce,
     AcquireMany,
+    AcquireAny,
     Renew,
     RenewMany,
     Release,
     WaitForChange,
 }
 
-const OPS: usize = 13;
+const OPS: usize = 14;
 
 /// A storage that counts calls and fails or slows them on demand.
 #[derive(Debug)]
@@ -194,6 +195,15 @@ impl<S: Storage> Storage for FaultyStorage<S> {
     ) -> Result<AcquireManyOutcome, StorageError> {
         self.enter(Op::AcquireMany).await?;
         self.inner.acquire_many(keys, req).await
+    }
+    async fn acquire_any(
+        &self,
+        keys: &[&str],
+        need: usize,
+        req: &AcquireRequest,
+    ) -> Result<AcquireAnyOutcome, StorageError> {
+        self.enter(Op::AcquireAny).await?;
+        self.inner.acquire_any(keys, need, req).await
     }
     async fn renew(
         &self,

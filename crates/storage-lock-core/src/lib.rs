@@ -64,9 +64,9 @@ pub use hold::{LockHandle, RenewalResult};
 pub use lock::DistributedLock;
 pub use memory::MemoryStorage;
 pub use storage::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite, ChangeWait,
-    DelegatedAdmin, Durability, FENCING_HEADROOM, HolderInfo, LockRecord, OwnerId, Page,
-    PageRequest, ParseOwnerIdError, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite,
+    ChangeWait, DelegatedAdmin, Durability, FENCING_HEADROOM, HolderInfo, LockRecord, OwnerId,
+    Page, PageRequest, ParseOwnerIdError, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest,
     Storage, StorageError, StorageExt, Stored, SweepReport, TimeSource, Timestamp, Version,
     Waiters, redact_url,
 };

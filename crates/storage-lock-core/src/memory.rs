@@ -16,9 +16,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::storage::TimeSource;
 use crate::storage::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use crate::storage::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite, ChangeWait,
-    LockRecord, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest,
-    Storage, StorageError, Stored, Timestamp, Version,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite,
+    ChangeWait, LockRecord, OwnerId, Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome,
+    RenewRequest, Storage, StorageError, Stored, Timestamp, Version,
 };
 
 /// A storage in this process's memory: one table for any number of keys, change notifications
@@ -352,6 +352,34 @@ impl Storage for MemoryStorage {
             }
         }
         Ok(AcquireManyOutcome::Acquired(taken))
+    }
+
+    /// Every key looked at under one lock of the table, on one reading of the clock; the first
+    /// `need` free ones are taken only if there are that many.
+    async fn acquire_any(
+        &self,
+        keys: &[&str],
+        need: usize,
+        req: &AcquireRequest,
+    ) -> Result<AcquireAnyOutcome, StorageError> {
+        let now = self.clock.now();
+        let mut table = self.table();
+        let (mut free, mut busy) = (Vec::with_capacity(need), Vec::new());
+        for (index, key) in keys.iter().enumerate() {
+            match ops::decide_acquire(table.current(key), 0, now, req) {
+                AcquireDecision::Busy(outcome) => busy.push((index, outcome)),
+                _ if free.len() < need => free.push(index),
+                _ => {}
+            }
+        }
+        if free.len() < need {
+            return Ok(AcquireAnyOutcome::Busy(busy));
+        }
+        let taken = free
+            .into_iter()
+            .map(|index| (index, acquire_in(&mut table, keys[index], req, now)))
+            .collect();
+        Ok(AcquireAnyOutcome::Acquired(taken))
     }
 
     async fn renew(

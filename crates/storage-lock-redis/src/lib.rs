@@ -73,10 +73,10 @@ use redis::{Client, Script, Value};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability,
-    HolderInfo, LockRecord, NotificationSource, Notifications, OwnerId, Page, PageRequest,
-    Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, SourceEvent, Storage, StorageError,
-    Stored, Timestamp, Version,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities,
+    ChangeWait, Durability, HolderInfo, LockRecord, NotificationSource, Notifications, OwnerId,
+    Page, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, SourceEvent,
+    Storage, StorageError, Stored, Timestamp, Version,
 };
 
 const NAME: &str = "redis";
@@ -126,6 +126,7 @@ struct Scripts {
     delete: Script,
     acquire: Script,
     acquire_many: Script,
+    acquire_any: Script,
     renew: Script,
     renew_many: Script,
     release: Script,
@@ -403,6 +404,7 @@ impl RedisStorageBuilder {
                 delete: Script::new(scripts::DELETE),
                 acquire: Script::new(&scripts::acquire()),
                 acquire_many: Script::new(&scripts::acquire_many()),
+                acquire_any: Script::new(&scripts::acquire_any()),
                 renew: Script::new(&scripts::renew()),
                 renew_many: Script::new(&scripts::renew_many()),
                 release: Script::new(&scripts::release()),
@@ -928,6 +930,73 @@ impl Storage for RedisStorage {
             index,
             outcome: busy_outcome(keys[index], &reply[2.min(reply.len())..])?,
         })
+    }
+
+    /// One script over every key (one slot on a cluster, as for [`Self::acquire_many`]), on
+    /// one `TIME`: the first `need` free keys are taken, or none is written.
+    async fn acquire_any(
+        &self,
+        keys: &[&str],
+        need: usize,
+        req: &AcquireRequest,
+    ) -> Result<AcquireAnyOutcome, StorageError> {
+        let Some(first) = keys.first() else {
+            return Ok(if need == 0 {
+                AcquireAnyOutcome::Acquired(Vec::new())
+            } else {
+                AcquireAnyOutcome::Busy(Vec::new())
+            });
+        };
+        let mut writer = self.writer();
+        let mut inv = self.scripts.acquire_any.prepare_invoke();
+        for key in keys {
+            inv.key(self.redis_key(key));
+        }
+        self.request_args(&mut inv, req);
+        inv.arg(need);
+        let reply: Vec<Value> = inv
+            .invoke_async(&mut writer)
+            .await
+            .map_err(err("acquire"))?;
+        let position = |at: usize| -> Result<usize, StorageError> {
+            usize::try_from(uint(first, reply.get(at))?)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .filter(|&i| i < keys.len())
+                .ok_or_else(|| corrupt(first, "a position outside the keys"))
+        };
+        if int(first, reply.first())? == 1 {
+            let mut taken = Vec::with_capacity(need);
+            for at in (1..reply.len()).step_by(4) {
+                let i = position(at)?;
+                let key = keys[i];
+                taken.push((
+                    i,
+                    AcquireOutcome::Acquired {
+                        fencing: uint(key, reply.get(at + 1))?,
+                        count: u32::try_from(uint(key, reply.get(at + 2))?)
+                            .map_err(|e| corrupt(key, e))?,
+                        expires_at: Timestamp::from_millis(uint(key, reply.get(at + 3))?),
+                    },
+                ));
+            }
+            self.replicated(&writer, "acquire").await?;
+            return Ok(AcquireAnyOutcome::Acquired(taken));
+        }
+        let now = Timestamp::from_millis(uint(first, reply.get(1))?);
+        let mut held = Vec::new();
+        for at in (2..reply.len()).step_by(2) {
+            let i = position(at)?;
+            held.push((
+                i,
+                AcquireOutcome::Busy {
+                    expires_at: Timestamp::from_millis(uint(keys[i], reply.get(at + 1))?),
+                    now,
+                    holder: None,
+                },
+            ));
+        }
+        Ok(AcquireAnyOutcome::Busy(held))
     }
 
     async fn renew(

@@ -55,7 +55,7 @@ if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1";
 
-/// The acquire rule, shared by [`acquire`] and [`acquire_many`]. ARGV = version, owner, lease
+/// The acquire rule, shared by [`acquire`], [`acquire_many`] and [`acquire_any`]. ARGV = version, owner, lease
 /// ms, reentrant, has_holder, host, pid, has_note, note.
 const ACQUIRE_RULE: &str = r#"
 -- The record at `key` and what `acquire` would do with it: 'take', 'reenter' or 'busy'.
@@ -164,6 +164,45 @@ end
 local out = {{1}}
 for i = 1, n do
   local g = grant(KEYS[i], hows[i], rs[i], fs[i], now)
+  out[#out + 1] = g[1]
+  out[#out + 1] = g[2]
+  out[#out + 1] = g[3]
+end
+return out"
+    )
+}
+
+/// KEYS = the records (distinct), then the floor record; ARGV as [`ACQUIRE_RULE`], then
+/// `need`. Takes the first `need` free keys, or none, on one `TIME`: every record is looked at
+/// (until `need` free ones are found), and the tokens of the ones to take worked out, before
+/// any is written. Returns `{1, position (1-based), fencing, count, expires_at, …}` for each
+/// key taken, else `{0, now, position, expires_at, …}` for every held key (none is marked:
+/// a waiter marks the slot it then waits on, as [`acquire`] does).
+pub(crate) fn acquire_any() -> String {
+    format!(
+        "{PRELUDE}{ACQUIRE_RULE}
+local now = now_ms()
+local n = #KEYS - 1
+local need = tonumber(ARGV[10])
+local floor = floor_reader(KEYS[n + 1])
+local take, held = {{}}, {{0, now}}
+for i = 1, n do
+  if #take == need then break end
+  local how, r = look(KEYS[i], now)
+  if how == 'busy' then
+    held[#held + 1] = i
+    held[#held + 1] = tonumber(r[4])
+  else
+    local f = token(how, r, floor)
+    if type(f) == 'table' then return f end
+    take[#take + 1] = {{i, how, r, f}}
+  end
+end
+if #take < need then return held end
+local out = {{1}}
+for _, t in ipairs(take) do
+  local g = grant(KEYS[t[1]], t[2], t[3], t[4], now)
+  out[#out + 1] = t[1]
   out[#out + 1] = g[1]
   out[#out + 1] = g[2]
   out[#out + 1] = g[3]

@@ -60,9 +60,9 @@ use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Durability,
-    NotificationSource, Notifications, OwnerId, ReleaseOutcome, RenewOutcome, RenewRequest,
-    SourceEvent, StorageError, Timestamp,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities,
+    ChangeWait, Durability, NotificationSource, Notifications, OwnerId, ReleaseOutcome,
+    RenewOutcome, RenewRequest, SourceEvent, StorageError, Timestamp,
 };
 
 use crate::conns::{Conns, Setup};
@@ -328,6 +328,8 @@ struct Statements {
     acquire: String,
     acquire_reentrant: String,
     acquire_many: String,
+    acquire_any: String,
+    held_of_any: String,
     busy_of_many: String,
     mark: String,
     renew: String,
@@ -392,6 +394,34 @@ impl Statements {
                     count, expires_at"
             )
         };
+        // The pieces of the multi-key statements (`acquire_many`, `acquire_any`): the values of
+        // a row taken by `owner` ($2) for key `k` of the SELECT feeding the INSERT (a fresh
+        // key's token from the floor, `acquire`'s sentinel otherwise), …
+        let fresh_row = format!(
+            "$8, $2, 1,
+                        CASE WHEN EXISTS (SELECT 1 FROM {t} WHERE lock_key = k) THEN {SWEPT}
+                             ELSE COALESCE((SELECT fencing FROM {t} WHERE lock_key = $7 FOR SHARE), 0) + 1 END,
+                        {NOW}, {NOW} + $3, $4, $5, $6"
+        );
+        // … the conflict branch (a record that is not held gets the next token) …
+        let take_free_rows = "ON CONFLICT (lock_key) DO UPDATE SET
+                       version = EXCLUDED.version, count = 1, fencing = cur.fencing + 1,
+                       acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at,
+                       holder_host = EXCLUDED.holder_host, holder_pid = EXCLUDED.holder_pid,
+                       holder_note = EXCLUDED.holder_note, waiters = false, owner = EXCLUDED.owner
+                    WHERE NOT (cur.count > 0 AND cur.expires_at > EXCLUDED.acquired_at)
+                    RETURNING lock_key, fencing, count, expires_at";
+        // … and the answer: a row per key written, the whole statement failed (22012) unless
+        // as many were written as the expression that follows says.
+        let grants_of_taken = format!(
+            "SELECT true,
+                    CASE WHEN fencing <> {SWEPT} THEN fencing
+                         ELSE ('storage-lock: the record was swept meanwhile; retry ' || fencing)::bigint END,
+                    count, expires_at, lock_key,
+                    1 / (CASE WHEN n.n = "
+        );
+        let divide_unless_all = " THEN 1 ELSE n.n - n.n END)
+                   FROM taken, n";
         let mut ddl = Vec::new();
         if let Some(s) = schema {
             ddl.push(format!("CREATE SCHEMA IF NOT EXISTS {s}"));
@@ -491,28 +521,44 @@ impl Statements {
             acquire_many: format!(
                 "WITH taken AS (
                     INSERT INTO {t} AS cur ({COLUMNS})
-                    SELECT r.k, $8, $2, 1,
-                        CASE WHEN EXISTS (SELECT 1 FROM {t} WHERE lock_key = r.k) THEN {SWEPT}
-                             ELSE COALESCE((SELECT fencing FROM {t} WHERE lock_key = $7 FOR SHARE), 0) + 1 END,
-                        {NOW}, {NOW} + $3, $4, $5, $6
+                    SELECT r.k, {fresh_row}
                       FROM unnest($1::text[]) WITH ORDINALITY AS r(k, i)
                      WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = ANY($1::text[])
                                           AND count > 0 AND expires_at > {NOW})
                      ORDER BY r.k COLLATE \"C\"
-                    ON CONFLICT (lock_key) DO UPDATE SET
-                       version = EXCLUDED.version, count = 1, fencing = cur.fencing + 1,
-                       acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at,
-                       holder_host = EXCLUDED.holder_host, holder_pid = EXCLUDED.holder_pid,
-                       holder_note = EXCLUDED.holder_note, waiters = false, owner = EXCLUDED.owner
-                    WHERE NOT (cur.count > 0 AND cur.expires_at > EXCLUDED.acquired_at)
-                    RETURNING lock_key, fencing, count, expires_at
+                    {take_free_rows}
                  ), n AS (SELECT count(*) AS n FROM taken)
-                 SELECT true,
-                    CASE WHEN fencing <> {SWEPT} THEN fencing
-                         ELSE ('storage-lock: the record was swept meanwhile; retry ' || fencing)::bigint END,
-                    count, expires_at, lock_key,
-                    1 / (CASE WHEN n.n = cardinality($1::text[]) THEN 1 ELSE n.n - n.n END)
-                   FROM taken, n"
+                 {grants_of_taken}cardinality($1::text[]){divide_unless_all}"
+            ),
+            // $1 keys (text[], distinct, in the caller's order), $2…$8 as `acquire`, $9 how
+            // many to take. The first $9 keys free in the statement's snapshot (`cand`) are
+            // written as `acquire_many` writes its keys, only if there are that many; a
+            // candidate taken after the snapshot makes fewer rows come back, and the division
+            // fails the statement (SQLSTATE 22012, every row undone): `acquire_any` runs it
+            // again on a fresh snapshot. No row back: fewer than $9 keys were free;
+            // `held_of_any` then says which are held.
+            acquire_any: format!(
+                "WITH cand AS (
+                    SELECT r.k FROM unnest($1::text[]) WITH ORDINALITY AS r(k, i)
+                     WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = r.k
+                                          AND count > 0 AND expires_at > {NOW})
+                     ORDER BY r.i LIMIT $9
+                 ), taken AS (
+                    INSERT INTO {t} AS cur ({COLUMNS})
+                    SELECT c.k, {fresh_row}
+                      FROM cand c
+                     WHERE (SELECT count(*) FROM cand) = $9
+                     ORDER BY c.k COLLATE \"C\"
+                    {take_free_rows}
+                 ), n AS (SELECT count(*) AS n FROM taken)
+                 {grants_of_taken}$9{divide_unless_all}"
+            ),
+            // $1 keys (text[]). Every one held: its 1-based position, expiry and the clock. Not
+            // marked (`mark` is for the key a waiter then waits on).
+            held_of_any: format!(
+                "SELECT array_position($1::text[], lock_key)::bigint, expires_at, {NOW}
+                   FROM {t} WHERE lock_key = ANY($1::text[]) AND count > 0 AND expires_at > {NOW}
+                  ORDER BY 1"
             ),
             // $1 keys (text[]). The first of them held, by position, marked as `mark` marks
             // it (its release then notifies; "expires now" if it ended before the mark), with
@@ -604,12 +650,12 @@ fn bind_request<'q>(
         .bind(crate::row::new_version())
 }
 
-/// The grants of an `acquire_many` statement's rows (one per key, in any order), in the order
-/// of `keys`.
-fn granted_in_order(
+/// The grants of a multi-key statement's rows (`acquire_many`, `acquire_any`: one per key
+/// written, in any order), by the position of their key in `keys`.
+fn grants_by_key(
     keys: &[&str],
     rows: &[sqlx::postgres::PgRow],
-) -> Result<AcquireManyOutcome, StorageError> {
+) -> Result<Vec<Option<AcquireOutcome>>, StorageError> {
     let mut granted: Vec<Option<AcquireOutcome>> = vec![None; keys.len()];
     for r in rows {
         let key: String = r.try_get(4).map_err(err("acquire"))?;
@@ -617,11 +663,25 @@ fn granted_in_order(
             .iter()
             .position(|k| *k == key)
             .and_then(|i| granted.get_mut(i));
-        if let Some(slot) = slot {
-            *slot = Some(crate::row::acquire_outcome(&key, r, true)?);
+        match slot {
+            Some(slot) => *slot = Some(crate::row::acquire_outcome(&key, r, true)?),
+            None => {
+                return Err(StorageError::Corrupt {
+                    key,
+                    reason: "a multi-key acquisition granted a key it was not asked for".to_owned(),
+                });
+            }
         }
     }
-    granted
+    Ok(granted)
+}
+
+/// The grants of an `acquire_many` statement's rows, in the order of `keys`.
+fn granted_in_order(
+    keys: &[&str],
+    rows: &[sqlx::postgres::PgRow],
+) -> Result<AcquireManyOutcome, StorageError> {
+    grants_by_key(keys, rows)?
         .into_iter()
         .zip(keys)
         .map(|(g, key)| {
@@ -632,6 +692,23 @@ fn granted_in_order(
         })
         .collect::<Result<_, _>>()
         .map(AcquireManyOutcome::Acquired)
+}
+
+/// A multi-key statement's error: a token at the column's bound is said once, typed.
+fn grant_error(keys: &[&str], e: sqlx::Error) -> StorageError {
+    match e {
+        sqlx::Error::Database(d) if d.code().as_deref() == Some(OUT_OF_RANGE) => {
+            StorageError::Corrupt {
+                key: keys.join(", "),
+                reason: format!(
+                    "a fencing token reached the bound of the BIGINT column ({}); \
+                     that key cannot be granted again: use another name",
+                    i64::MAX
+                ),
+            }
+        }
+        e => err("acquire")(e),
+    }
 }
 
 /// Creates what is missing (schema, sequence, table, the floor's row) and migrates tables made
@@ -810,17 +887,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                 {
                     continue;
                 }
-                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(OUT_OF_RANGE) => {
-                    return Err(StorageError::Corrupt {
-                        key: keys.join(", "),
-                        reason: format!(
-                            "a fencing token reached the bound of the BIGINT column ({}); \
-                             that key cannot be granted again: use another name",
-                            i64::MAX
-                        ),
-                    });
-                }
-                Err(e) => return Err(err("acquire")(e)),
+                Err(e) => return Err(grant_error(keys, e)),
             }
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
             let row = query(&self.sql.busy_of_many)
@@ -844,6 +911,84 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             }
         }
         storage_lock_core::storage::acquire_each(self, keys, req).await
+    }
+
+    /// One statement, on the server clock (see `Statements::acquire_any`): the first `need`
+    /// free keys taken, or none; when fewer are free, a second statement lists the held ones.
+    /// A reentrant request, and a call whose keys keep changing under it, take the keys one by
+    /// one ([`storage_lock_core::storage::acquire_first_free`]).
+    async fn acquire_any(
+        &self,
+        keys: &[&str],
+        need: usize,
+        req: &AcquireRequest,
+    ) -> Result<AcquireAnyOutcome, StorageError> {
+        let asked = match i64::try_from(need) {
+            Ok(asked) if !req.reentrant && need > 0 && need <= keys.len() => asked,
+            _ => return storage_lock_core::storage::acquire_first_free(self, keys, need, req).await,
+        };
+        for _ in 0..SWEPT_RETRIES {
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
+            let rows = bind_request(query(&self.sql.acquire_any).bind(keys), req)
+                .bind(asked)
+                .fetch_all(c.conn())
+                .await;
+            c.keep_if(&rows);
+            match rows {
+                Ok(rows) if !rows.is_empty() => {
+                    let taken: Vec<(usize, AcquireOutcome)> = grants_by_key(keys, &rows)?
+                        .into_iter()
+                        .enumerate()
+                        .filter_map(|(i, g)| g.map(|g| (i, g)))
+                        .collect();
+                    return Ok(AcquireAnyOutcome::Acquired(taken));
+                }
+                Ok(_) => {} // fewer than `need` were free in the snapshot
+                // A candidate was taken after the snapshot, or swept: nothing was written.
+                Err(sqlx::Error::Database(e))
+                    if matches!(
+                        e.code().as_deref(),
+                        Some(TAKEN_MEANWHILE | SWEPT_MEANWHILE | DEADLOCK)
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(grant_error(keys, e)),
+            }
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
+            let rows = query(&self.sql.held_of_any)
+                .bind(keys)
+                .fetch_all(c.conn())
+                .await;
+            c.keep_if(&rows);
+            let mut held = Vec::new();
+            for r in rows.map_err(err("acquire"))? {
+                let position: i64 = r.try_get(0).map_err(err("acquire"))?;
+                let index = usize::try_from(position)
+                    .ok()
+                    .and_then(|p| p.checked_sub(1))
+                    .filter(|&i| i < keys.len())
+                    .ok_or_else(|| StorageError::Corrupt {
+                        key: keys.join(", "),
+                        reason: format!("a held key at position {position}"),
+                    })?;
+                let expires_at: i64 = r.try_get(1).map_err(err("acquire"))?;
+                let now: i64 = r.try_get(2).map_err(err("acquire"))?;
+                held.push((
+                    index,
+                    AcquireOutcome::Busy {
+                        expires_at: timestamp(expires_at),
+                        now: timestamp(now),
+                        holder: None,
+                    },
+                ));
+            }
+            // Enough keys freed since the first statement: try again.
+            if keys.len() - held.len() < need {
+                return Ok(AcquireAnyOutcome::Busy(held));
+            }
+        }
+        storage_lock_core::storage::acquire_first_free(self, keys, need, req).await
     }
 
     async fn renew(

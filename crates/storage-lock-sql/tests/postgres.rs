@@ -524,6 +524,51 @@ async fn server_restart_keeps_fencing() {
     .await;
 }
 
+/// A semaphore's one-statement attempt (`acquire_any`) whose candidate key is taken after its
+/// snapshot: held at a `BEFORE INSERT` trigger (on its own rows only) until another owner has
+/// taken its first candidate, it must write nothing of that attempt and take the next free
+/// keys instead. Without the undo, it would return one grant where two were asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_at_any_keys_takes_others_when_a_candidate_is_taken_meanwhile() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use storage_lock_core::{AcquireAnyOutcome, AcquireRequest, HolderInfo, OwnerId, Storage};
+
+    let (s, url, table) = own_table("sl_any").await;
+    let req = |owner, note: Option<&str>| AcquireRequest {
+        owner,
+        lease: Duration::from_secs(30),
+        holder: Some(Arc::new(HolderInfo {
+            host: "test".into(),
+            pid: 1,
+            note: note.map(str::to_owned),
+        })),
+        reentrant: false,
+    };
+    let (x, y) = (OwnerId::random(), OwnerId::random());
+    let keys = ["a", "b", "c", "d"];
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let (blocker, gate) = closed_gate(&pool, &table, "NEW.holder_note = 'gated'").await;
+    let s = Arc::new(s);
+    let gated = tokio::spawn({
+        let s = s.clone();
+        async move { s.acquire_any(&keys, 2, &req(y, Some("gated"))).await }
+    });
+    // Until the statement waits at the gate (its snapshot: every key free, a and b chosen).
+    until_waiting_at(&pool, gate).await;
+    s.acquire_once("a", &req(x, None)).await.unwrap();
+    blocker.rollback().await.unwrap();
+    let answer = gated.await.unwrap().unwrap();
+    let d = s.get("d").await.unwrap();
+    drop_gated_table(&pool, &table).await;
+    let AcquireAnyOutcome::Acquired(taken) = answer else {
+        panic!("b, c and d are free: {answer:?}");
+    };
+    let positions: Vec<usize> = taken.iter().map(|(i, _)| *i).collect();
+    assert_eq!(positions, [1, 2], "{taken:?}");
+    assert!(d.is_none(), "d was written: {d:?}");
+}
+
 /// The multi-key statement writes nothing when a key is busy, and undoes what it wrote when a
 /// key is taken after its snapshot: it is held by a `BEFORE INSERT` trigger (on its own rows
 /// only: their note says so) until another owner has taken the last key, and must then answer

@@ -334,6 +334,97 @@ pub async fn acquire_many_takes_every_key_or_none<S: Storage>(s: S) {
     assert_eq!(winners, 1, "{results:?}");
 }
 
+/// [`Storage::acquire_any`] takes `need` of the keys, the first free ones in the order given,
+/// or none: with two of four keys held, three are refused with both held keys reported (and
+/// the free ones left free), two are the free ones, each held by the one owner with the token
+/// it was granted; of many racing calls for one key each, as many win as keys are free, each
+/// a different key.
+pub async fn acquire_any_takes_the_first_free_keys_or_none<S: Storage>(s: S) {
+    use storage_lock_core::AcquireAnyOutcome;
+    let p = unique_prefix("acquire_any");
+    let keys: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|k| format!("{p}{k}"))
+        .collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let lease = Duration::from_secs(30);
+    let (x, y) = (OwnerId::random(), OwnerId::random());
+    for key in [keys[1], keys[3]] {
+        s.acquire_once(key, &request(x, lease, false))
+            .await
+            .unwrap();
+    }
+    match s
+        .acquire_any(&keys, 3, &request(y, lease, false))
+        .await
+        .unwrap()
+    {
+        AcquireAnyOutcome::Busy(busy) => {
+            let positions: Vec<usize> = busy.iter().map(|(i, _)| *i).collect();
+            assert_eq!(positions, [1, 3], "{busy:?}");
+            for (_, outcome) in &busy {
+                assert!(
+                    outcome.busy_for().is_some_and(|left| left > Duration::ZERO),
+                    "{outcome:?}"
+                );
+            }
+        }
+        other => panic!("only two keys are free: {other:?}"),
+    }
+    let now = s.now().await.unwrap();
+    for key in [keys[0], keys[2]] {
+        if let Some(stored) = s.get(key).await.unwrap() {
+            let rec = stored.record;
+            assert!(
+                rec.owner != y || !rec.is_held_at(now),
+                "{key} left held: {rec:?}"
+            );
+        }
+    }
+    let taken = match s
+        .acquire_any(&keys, 2, &request(y, lease, false))
+        .await
+        .unwrap()
+    {
+        AcquireAnyOutcome::Acquired(taken) => taken,
+        other => panic!("a and c are free: {other:?}"),
+    };
+    let positions: Vec<usize> = taken.iter().map(|(i, _)| *i).collect();
+    assert_eq!(positions, [0, 2], "{taken:?}");
+    let now = s.now().await.unwrap();
+    for (i, grant) in &taken {
+        let rec = s.get(keys[*i]).await.unwrap().expect("taken").record;
+        assert!(
+            rec.owner == y && rec.count == 1 && rec.is_held_at(now),
+            "{}: {rec:?}",
+            keys[*i]
+        );
+        assert_eq!(rec.fencing, fencing_of(grant), "{}", keys[*i]);
+        s.release(keys[*i], y).await.unwrap();
+    }
+    let owned: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+    let results = race(Arc::new(s), |s, _| {
+        let owned = owned.clone();
+        tokio::spawn(async move {
+            let keys: Vec<&str> = owned.iter().map(String::as_str).collect();
+            s.acquire_any(&keys, 1, &request(OwnerId::random(), lease, false))
+                .await
+                .unwrap()
+        })
+    })
+    .await;
+    let mut won: Vec<usize> = results
+        .iter()
+        .filter_map(|r| match r {
+            AcquireAnyOutcome::Acquired(taken) if taken.len() == 1 => Some(taken[0].0),
+            AcquireAnyOutcome::Acquired(taken) => panic!("one key asked, {taken:?} given"),
+            AcquireAnyOutcome::Busy(_) => None,
+        })
+        .collect();
+    won.sort_unstable();
+    assert_eq!(won, [0, 2], "{results:?}");
+}
+
 /// Where the primitives write several keys at once ([`Primitives::write_all`]; a service
 /// that turns out not to have the call makes the storage say so from then on): every write
 /// or none (a stale version or an existing key refuses all, typed, and writes nothing), each

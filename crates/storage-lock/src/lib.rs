@@ -87,11 +87,11 @@ pub use storage_lock_zookeeper::{ZooKeeperStorage, ZooKeeperStorageBuilder};
 pub mod backend {
     pub use storage_lock_core::hold::{HoldGrant, HoldIo};
     pub use storage_lock_core::{
-        AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities, CasWrite, ChangeWait,
-        Clock, DelegatedAdmin, Durability, FENCING_HEADROOM, HolderInfo, LockRecord, ManualClock,
-        OwnerId, Page, PageRequest, ParseOwnerIdError, Primitives, RENEW_BATCH, ReleaseOutcome,
-        RenewOutcome, RenewRequest, Storage, StorageExt, Stored, SweepReport, SystemClock,
-        TimeSource, Timestamp, Version, redact_url,
+        AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities,
+        CasWrite, ChangeWait, Clock, DelegatedAdmin, Durability, FENCING_HEADROOM, HolderInfo,
+        LockRecord, ManualClock, OwnerId, Page, PageRequest, ParseOwnerIdError, Primitives,
+        RENEW_BATCH, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageExt, Stored,
+        SweepReport, SystemClock, TimeSource, Timestamp, Version, redact_url,
     };
     pub use storage_lock_core::{clock, contract, engine, fenced, hold, lock, memory, storage};
 }

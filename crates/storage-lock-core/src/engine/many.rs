@@ -23,7 +23,9 @@ use crate::clock::BootInstant;
 use crate::contract::{AcquireOptions, LockError, validate_name};
 use crate::hold::LockHandle;
 use crate::small_key::SmallKey;
-use crate::storage::{AcquireManyOutcome, AcquireOutcome, OwnerId, Storage, Timestamp};
+use crate::storage::{
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, OwnerId, Storage, Timestamp,
+};
 use crate::telemetry::{self, Finish};
 
 impl<S: Storage + ?Sized> StorageLock<S> {
@@ -33,35 +35,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         names: &[&str],
         options: &AcquireOptions,
     ) -> Result<Result<Vec<LockHandle>, usize>, LockError> {
-        options.validate()?;
-        let mut keys = Vec::with_capacity(names.len());
-        for name in names {
-            validate_name(name)?;
-            keys.push(SmallKey::new(&self.key_for(name)?));
-        }
-        // Two names of one key (a normalizer's doing) are two locks of one key: never held
-        // together, so waiting for them would never end. Refused before any request.
-        let mut seen = std::collections::HashMap::with_capacity(keys.len());
-        for (i, key) in keys.iter().enumerate() {
-            if let Some(first) = seen.insert(key.as_str(), i) {
-                return Err(LockError::invalid_option(
-                    "names",
-                    format!(
-                        "{:?} and {:?} are one lock (key {:?}): they can never be held together",
-                        names[first],
-                        names[i],
-                        key.as_str()
-                    ),
-                ));
-            }
-        }
-        if options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
-            if let Some(key) = keys.first() {
-                self.shared.events.emit(LockEventKind::Cancelled, key, None);
-            }
-            telemetry::acquire_finished(Finish::Cancelled, Duration::ZERO);
-            return Err(LockError::Cancelled);
-        }
+        let keys = self.distinct_keys(names, options)?;
         let req = self.request(OwnerId::random(), options, false);
         let sent_at = BootInstant::now();
         let (storage, held_keys, asked) = (self.storage.clone(), keys.clone(), req.clone());
@@ -112,7 +86,9 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 let granted_at = BootInstant::now();
                 match self.check_grants(&keys, outcomes, options, sent_at, granted_at) {
                     Ok(granted) => {
-                        return self.start_holds(&keys, names, req.owner, options, &granted);
+                        return self
+                            .start_holds(&keys, names, req.owner, options, &granted)
+                            .map(Ok);
                     }
                     // Granted but refused: released first, then the error reported.
                     Err(e) => {
@@ -148,7 +124,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         owner: OwnerId,
         options: &AcquireOptions,
         granted: &[Granted],
-    ) -> Result<Result<Vec<LockHandle>, usize>, LockError> {
+    ) -> Result<Vec<LockHandle>, LockError> {
         let mut handles = Vec::with_capacity(keys.len());
         for ((key, name), granted) in keys.iter().zip(names).zip(granted) {
             telemetry::acquire_finished(
@@ -160,7 +136,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             // Checked: starting a hold cannot fail any more.
             handles.push(self.start_hold(key, name, owner, options, granted)?);
         }
-        Ok(Ok(handles))
+        Ok(handles)
     }
 
     /// The grants of `outcomes` (one per key), if every one is a first grant whose fencing
@@ -230,6 +206,147 @@ impl<S: Storage + ?Sized> StorageLock<S> {
 }
 
 impl<S: Storage + ?Sized> StorageLock<S> {
+    /// The keys of `names`, after the checks a request at several keys makes before any
+    /// storage call: valid options and names, no two names of one key, no cancelled token.
+    fn distinct_keys(
+        &self,
+        names: &[&str],
+        options: &AcquireOptions,
+    ) -> Result<Vec<SmallKey>, LockError> {
+        options.validate()?;
+        let mut keys = Vec::with_capacity(names.len());
+        for name in names {
+            validate_name(name)?;
+            keys.push(SmallKey::new(&self.key_for(name)?));
+        }
+        // Two names of one key (a normalizer's doing) are two locks of one key: never held
+        // together, so waiting for them would never end. Refused before any request.
+        let mut seen = std::collections::HashMap::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(first) = seen.insert(key.as_str(), i) {
+                return Err(LockError::invalid_option(
+                    "names",
+                    format!(
+                        "{:?} and {:?} are one lock (key {:?}): they can never be held together",
+                        names[first],
+                        names[i],
+                        key.as_str()
+                    ),
+                ));
+            }
+        }
+        if options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            if let Some(key) = keys.first() {
+                self.shared.events.emit(LockEventKind::Cancelled, key, None);
+            }
+            telemetry::acquire_finished(Finish::Cancelled, Duration::ZERO);
+            return Err(LockError::Cancelled);
+        }
+        Ok(keys)
+    }
+
+    /// One attempt at `need` of `names`, any of them, all or nothing, never waiting (a
+    /// semaphore's step: [`Storage::acquire_any`], one round trip on overriding backends).
+    /// `Ok(Ok(_))`: the handles, with the position of each name taken, by position;
+    /// `Ok(Err(_))`: fewer than `need` were free, nothing is held, and the names found held
+    /// with how long each hold lasts unless renewed, by position.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidOptions`] for a `need` of 0 or above the number of names, two names
+    /// of one key, or bad options; [`LockError::InvalidName`]; [`LockError::Cancelled`]; as
+    /// [`crate::DistributedLock::try_acquire`] otherwise.
+    ///
+    /// # Cancel safety
+    /// As a single acquisition's: grants that arrive after the caller dropped the future are
+    /// released right after them.
+    pub(crate) async fn acquire_any_handles(
+        &self,
+        names: &[&str],
+        need: usize,
+        options: &AcquireOptions,
+    ) -> Result<AnyAttempt, LockError> {
+        if need == 0 || need > names.len() {
+            return Err(LockError::invalid_option(
+                "permits",
+                format!("taking {need} of {} names", names.len()),
+            ));
+        }
+        let keys = self.distinct_keys(names, options)?;
+        let req = self.request(OwnerId::random(), options, false);
+        let sent_at = BootInstant::now();
+        let (storage, asked_keys, asked) = (self.storage.clone(), keys.clone(), req.clone());
+        let outcome = detached(
+            async move {
+                let keys: Vec<&str> = asked_keys.iter().map(SmallKey::as_str).collect();
+                let outcome = storage.as_ref().acquire_any(&keys, need, &asked).await;
+                (outcome, storage, asked_keys, asked.owner)
+            },
+            |(outcome, storage, keys, owner)| async move {
+                if let Ok(AcquireAnyOutcome::Acquired(taken)) = outcome {
+                    let taken: Vec<SmallKey> = taken
+                        .iter()
+                        .filter_map(|&(i, _)| keys.get(i).cloned())
+                        .collect();
+                    release_keys(storage.as_ref(), &taken, owner).await;
+                }
+            },
+        )
+        .await
+        .0;
+        let outcome = outcome.and_then(|o| checked_positions(&keys, need, o));
+        let failed: LockError = match outcome {
+            Ok(AcquireAnyOutcome::Busy(busy)) => {
+                let events = &self.shared.events;
+                if let Some(&(first, _)) = busy.first() {
+                    events.emit(LockEventKind::Contended, &keys[first], None);
+                    telemetry::contended();
+                    events.emit(LockEventKind::TimedOut, &keys[first], None);
+                }
+                telemetry::acquire_finished(
+                    Finish::TimedOut,
+                    BootInstant::now().saturating_duration_since(sent_at),
+                );
+                let left = busy
+                    .into_iter()
+                    .map(|(i, o)| (i, o.busy_for().unwrap_or_default()))
+                    .collect();
+                return Ok(Err(left));
+            }
+            Ok(AcquireAnyOutcome::Acquired(taken)) => {
+                let granted_at = BootInstant::now();
+                let (positions, outcomes): (Vec<usize>, Vec<AcquireOutcome>) =
+                    taken.into_iter().unzip();
+                let keys: Vec<SmallKey> = positions.iter().map(|&i| keys[i].clone()).collect();
+                let names: Vec<&str> = positions.iter().map(|&i| names[i]).collect();
+                match self.check_grants(&keys, outcomes, options, sent_at, granted_at) {
+                    Ok(granted) => {
+                        let handles =
+                            self.start_holds(&keys, &names, req.owner, options, &granted)?;
+                        return Ok(Ok(positions.into_iter().zip(handles).collect()));
+                    }
+                    Err(e) => {
+                        let storage = self.storage.clone();
+                        detached(
+                            async move { release_keys(storage.as_ref(), &keys, req.owner).await },
+                            |()| async {},
+                        )
+                        .await;
+                        e
+                    }
+                }
+            }
+            Err(e) => {
+                self.give_back_after_error(&keys, req.owner);
+                e.into()
+            }
+        };
+        telemetry::acquire_finished(
+            Finish::Error,
+            BootInstant::now().saturating_duration_since(sent_at),
+        );
+        Err(failed)
+    }
+
     /// After a failed multi-key request: releases `owner`'s grant of every key in the
     /// background (the request may have been applied although its answer was lost; the owner
     /// is the call's own, so a key it never got is left alone).
@@ -240,6 +357,39 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let (storage, keys) = (self.storage.clone(), keys.to_vec());
         tokio::spawn(async move { release_keys(storage.as_ref(), &keys, owner).await });
     }
+}
+
+/// What [`StorageLock::acquire_any_handles`] gives: the handles with their positions, or the
+/// positions found busy with the time each hold has left.
+pub(crate) type AnyAttempt = Result<Vec<(usize, LockHandle)>, Vec<(usize, Duration)>>;
+
+/// `outcome`, if its positions are within `keys`, distinct and ascending, and a grant names
+/// `need` of them; a broken answer is a failed request.
+fn checked_positions(
+    keys: &[SmallKey],
+    need: usize,
+    outcome: AcquireAnyOutcome,
+) -> Result<AcquireAnyOutcome, crate::StorageError> {
+    let positions: Vec<usize> = match &outcome {
+        AcquireAnyOutcome::Acquired(taken) => taken.iter().map(|&(i, _)| i).collect(),
+        AcquireAnyOutcome::Busy(busy) => busy.iter().map(|&(i, _)| i).collect(),
+    };
+    let ascending = positions.windows(2).all(|w| w[0] < w[1]);
+    let within = positions.last().is_none_or(|&i| i < keys.len());
+    let counted = !matches!(outcome, AcquireAnyOutcome::Acquired(_)) || positions.len() == need;
+    if ascending && within && counted {
+        return Ok(outcome);
+    }
+    Err(crate::StorageError::Corrupt {
+        key: keys
+            .first()
+            .map(|k| k.as_str().to_owned())
+            .unwrap_or_default(),
+        reason: format!(
+            "an attempt at {need} of {} keys answered positions {positions:?}",
+            keys.len()
+        ),
+    })
 }
 
 /// Releases `owner`'s grant of every key (to completion, even if the caller stops waiting); a
@@ -293,6 +443,79 @@ mod tests {
         let again = l.try_acquire_many(&["b"], &opts).await.unwrap().unwrap();
         assert!(again[0].fencing_token() > b);
         drop((a, again));
+    }
+
+    /// A semaphore's attempt is one storage call however many of its slots are out: the
+    /// last free slot is found and taken at once, and a full semaphore answers every slot
+    /// busy, with nothing taken.
+    #[tokio::test]
+    async fn a_semaphore_attempt_is_one_storage_call() {
+        let l = locks();
+        let opts = AcquireOptions::default();
+        let sem = crate::kinds::Semaphore::new(&l, "pool", 8).unwrap();
+        let mut permits = Vec::new();
+        for _ in 0..7 {
+            permits.push(sem.acquire(&opts).await.unwrap().expect("free"));
+        }
+        let before = l.storage().calls(Op::AcquireAny);
+        let last = sem.acquire(&opts).await.unwrap().expect("one slot left");
+        assert_eq!(l.storage().calls(Op::AcquireAny), before + 1);
+        assert_eq!(l.storage().calls(Op::AcquireOnce), 0);
+        let mut slots: Vec<u32> = permits.iter().map(|p| p.slot()).collect();
+        slots.push(last.slot());
+        slots.sort_unstable();
+        assert_eq!(slots, (0..8).collect::<Vec<_>>());
+        assert!(sem.acquire(&opts).await.unwrap().is_none());
+        assert_eq!(l.storage().calls(Op::AcquireAny), before + 2);
+        let two = sem.acquire_many(2, &opts).await.unwrap();
+        assert!(two.is_none(), "all or nothing");
+        last.release().await.unwrap();
+        assert!(sem.acquire_many(2, &opts).await.unwrap().is_none());
+        let one = sem
+            .acquire(&opts)
+            .await
+            .unwrap()
+            .expect("the released slot");
+        assert_eq!(l.storage().calls(Op::AcquireOnce), 0);
+        drop((one, permits));
+    }
+
+    /// A bad `need` is refused before any storage call, and a busy answer names every busy
+    /// position with the time its hold has left.
+    #[tokio::test]
+    async fn an_attempt_at_any_names_checks_need_and_reports_every_busy_name() {
+        let l = locks();
+        let opts = AcquireOptions::default();
+        for need in [0, 3] {
+            let bad = l.acquire_any_handles(&["a", "b"], need, &opts).await;
+            assert!(
+                matches!(bad, Err(crate::LockError::InvalidOptions { .. })),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(l.storage().total_calls(), 0);
+        let b = l.try_acquire("b", &opts).await.unwrap().unwrap();
+        let d = l.try_acquire("d", &opts).await.unwrap().unwrap();
+        let busy = l
+            .acquire_any_handles(&["a", "b", "c", "d"], 3, &opts)
+            .await
+            .unwrap()
+            .unwrap_err();
+        let positions: Vec<usize> = busy.iter().map(|&(i, _)| i).collect();
+        assert_eq!(positions, [1, 3]);
+        assert!(
+            busy.iter()
+                .all(|&(_, left)| left > std::time::Duration::ZERO)
+        );
+        let taken = l
+            .acquire_any_handles(&["a", "b", "c", "d"], 2, &opts)
+            .await
+            .unwrap()
+            .unwrap();
+        let positions: Vec<usize> = taken.iter().map(|(i, _)| *i).collect();
+        assert_eq!(positions, [0, 2]);
+        assert_eq!(taken[1].1.name(), "c");
+        drop((b, d, taken));
     }
 
     #[derive(Debug)]

@@ -240,9 +240,10 @@ impl<S: Storage + ?Sized> Semaphore<S> {
         })
     }
 
-    /// One pass over the slots, from a random one, without waiting, keeping `held`: `k`
+    /// One attempt at every slot, from a random one, without waiting, keeping `held`: `k`
     /// permits (`Ok`), or everything released and the busy slots with the time each has left
-    /// (`Err`).
+    /// (`Err`). One [`Storage::acquire_any`] call: one round trip on a storage that overrides
+    /// it, however many slots are out.
     async fn try_take(
         &self,
         k: u32,
@@ -252,33 +253,41 @@ impl<S: Storage + ?Sized> Semaphore<S> {
         let n = self.inner.permits;
         let start = rand::random_range(0..n);
         let mut parts: Vec<Permit> = held.into_iter().collect();
-        let mut busy = Vec::new();
-        for i in 0..n {
-            if parts.len() == k as usize {
-                break;
-            }
-            let slot = (start + i) % n;
-            if parts.iter().any(|p| p.slot == slot) {
-                continue;
-            }
-            let name = slot_name(&self.inner.name, slot);
-            match self.locks.try_acquire_or_busy(&name, once).await {
-                Ok(Ok(handle)) => parts.push(Permit { slot, handle }),
-                Ok(Err(b)) => busy.push((slot, b.left)),
+        let slots: Vec<u32> = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|slot| parts.iter().all(|p| p.slot != *slot))
+            .collect();
+        let need = (k as usize).saturating_sub(parts.len());
+        if need > 0 {
+            let names: Vec<String> = slots
+                .iter()
+                .map(|&slot| slot_name(&self.inner.name, slot))
+                .collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let attempt = match self.locks.acquire_any_handles(&names, need, once).await {
+                Ok(attempt) => attempt,
                 Err(e) => {
                     let _ = release_all(&parts).await;
                     return Err(e);
                 }
+            };
+            match attempt {
+                Ok(taken) => parts.extend(taken.into_iter().map(|(i, handle)| Permit {
+                    slot: slots[i],
+                    handle,
+                })),
+                Err(busy) => {
+                    // A failed release leaves the permit to lapse at its lease's end.
+                    let _ = release_all(&parts).await;
+                    let mut busy: Vec<(u32, Duration)> =
+                        busy.into_iter().map(|(i, left)| (slots[i], left)).collect();
+                    busy.sort_by_key(|&(_, left)| left);
+                    return Ok(Err(busy));
+                }
             }
         }
-        if parts.len() == k as usize {
-            parts.sort_by_key(|p| p.slot);
-            return Ok(Ok(parts));
-        }
-        // A failed release leaves the permit to lapse at its lease's end.
-        let _ = release_all(&parts).await;
-        busy.sort_by_key(|&(_, left)| left);
-        Ok(Err(busy))
+        parts.sort_by_key(|p| p.slot);
+        Ok(Ok(parts))
     }
 
     /// Waits on the busy slots that end soonest (at most [`WATCHED_SLOTS`]; for at most

@@ -15,9 +15,9 @@ use super::StorageExt;
 use super::ops::{self, AcquireDecision, FENCING_FLOOR_KEY};
 use super::primitives_of;
 use super::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, CasWrite, LockRecord, OwnerId, PageRequest,
-    Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage, StorageError, Stored,
-    SweepReport, Timestamp, Version,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, CasWrite, LockRecord,
+    OwnerId, PageRequest, Primitives, ReleaseOutcome, RenewOutcome, RenewRequest, Storage,
+    StorageError, Stored, SweepReport, Timestamp, Version,
 };
 
 pub(super) async fn try_acquire<S: Primitives + ?Sized>(
@@ -468,6 +468,49 @@ pub(super) async fn acquire_many_at_once<S: Primitives + ?Sized>(
         return Ok(AcquireManyOutcome::Acquired(granted));
     }
     acquire_many(s, keys, req).await
+}
+
+/// [`Storage::acquire_any`] key by key: [`Storage::acquire_once`] on each in order until `need`
+/// are taken; when the keys run out first, or a request fails, the keys taken are released.
+pub(super) async fn acquire_any<S: Storage + ?Sized>(
+    s: &S,
+    keys: &[&str],
+    need: usize,
+    req: &AcquireRequest,
+) -> Result<AcquireAnyOutcome, StorageError> {
+    let mut taken: Vec<(usize, AcquireOutcome)> = Vec::with_capacity(need);
+    let mut busy = Vec::new();
+    for (index, key) in keys.iter().enumerate() {
+        if taken.len() == need {
+            break;
+        }
+        match s.acquire_once(key, req).await {
+            Ok(outcome @ AcquireOutcome::Acquired { .. }) => taken.push((index, outcome)),
+            Ok(outcome) => busy.push((index, outcome)),
+            Err(e) => {
+                give_back_taken(s, keys, &taken, req.owner).await;
+                return Err(e);
+            }
+        }
+    }
+    if taken.len() == need {
+        return Ok(AcquireAnyOutcome::Acquired(taken));
+    }
+    give_back_taken(s, keys, &taken, req.owner).await;
+    Ok(AcquireAnyOutcome::Busy(busy))
+}
+
+async fn give_back_taken<S: Storage + ?Sized>(
+    s: &S,
+    keys: &[&str],
+    taken: &[(usize, AcquireOutcome)],
+    owner: OwnerId,
+) {
+    let taken: Vec<&str> = taken
+        .iter()
+        .filter_map(|&(i, _)| keys.get(i).copied())
+        .collect();
+    give_back(s, &taken, owner).await;
 }
 
 /// Releases `owner`'s hold of every key (with the storage's own release); a failure leaves

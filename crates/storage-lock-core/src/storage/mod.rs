@@ -11,7 +11,8 @@
 //! backend that can do better overrides [`Storage::acquire_once`], [`Storage::renew`] and
 //! [`Storage::release`] to take one round trip each (one SQL statement on the database clock, one
 //! Redis script using `TIME`, …), [`Storage::renew_many`] to renew the watchdog's batches in one
-//! round trip, [`Storage::acquire_many`] to take a multi-lock's keys at once, and
+//! round trip, [`Storage::acquire_many`] to take a multi-lock's keys at once,
+//! [`Storage::acquire_any`] to take a semaphore's free slots at once, and
 //! [`Storage::wait_for_change`] to deliver notifications. The
 //! suites in `storage-lock-testkit` run against both the defaults and the overrides.
 //!
@@ -38,8 +39,8 @@ pub use capabilities::{Capabilities, Durability, FENCING_HEADROOM, TimeSource};
 pub use change::{ChangeWait, NotificationSource, Notifications, SourceEvent, Waiters, key_bucket};
 pub use error::{StorageError, redact_url};
 pub use ops::{
-    AcquireManyOutcome, AcquireOutcome, AcquireRequest, ReleaseOutcome, RenewOutcome, RenewRequest,
-    SweepReport,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, ReleaseOutcome,
+    RenewOutcome, RenewRequest, SweepReport,
 };
 pub use record::{
     HolderInfo, LockRecord, OwnerId, Page, PageRequest, ParseOwnerIdError, Stored, Timestamp,
@@ -116,6 +117,33 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
             Some(p) if p.writes_all_at_once() => defaults::acquire_many_at_once(p, keys, req).await,
             _ => acquire_each(self, keys, req).await,
         }
+    }
+
+    /// One attempt to take `need` of the keys in `keys` for `req.owner`, any of them, all
+    /// `need` or nothing, never waiting: [`AcquireAnyOutcome::Acquired`] with the positions
+    /// taken (the first free ones in the order given) and their grants, or
+    /// [`AcquireAnyOutcome::Busy`] with every key found held and none held by the owner. Each
+    /// key is decided by the rule of [`Storage::acquire_once`]. The keys are distinct; `need`
+    /// is at least 1 and at most `keys.len()`. This is a semaphore's attempt
+    /// ([`crate::kinds::Semaphore`]: the keys are its slots, from a random one on).
+    ///
+    /// The default ([`acquire_first_free`]) takes the keys one by one with
+    /// [`Storage::acquire_once`] until it has `need`, and gives them back if it runs out of
+    /// keys first: one round trip per key it looks at. A backend whose lock operations are its
+    /// own overrides it to look at every key and take the free ones in one round trip.
+    ///
+    /// A `need` of 0 takes nothing; one above the number of keys is busy.
+    ///
+    /// # Errors
+    /// As [`Storage::acquire_once`] (the outcome of every key is unknown; the default gives
+    /// back what it took before the failure, as far as it can).
+    async fn acquire_any(
+        &self,
+        keys: &[&str],
+        need: usize,
+        req: &AcquireRequest,
+    ) -> Result<AcquireAnyOutcome, StorageError> {
+        acquire_first_free(self, keys, need, req).await
     }
 
     /// Extends `owner`'s live hold of `key` to `now + lease` (see [`ops::decide_renew`]).
@@ -209,6 +237,39 @@ pub async fn acquire_each<S: Storage + ?Sized>(
     req: &AcquireRequest,
 ) -> Result<AcquireManyOutcome, StorageError> {
     defaults::acquire_many(s, keys, req).await
+}
+
+/// The default [`Storage::acquire_any`]: [`Storage::acquire_once`] on each key in order until
+/// `need` are taken; if the keys run out first (or a request fails), the keys taken are
+/// released. For an override that leaves some requests to the default.
+///
+/// # Errors
+/// As [`Storage::acquire_any`].
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), storage_lock_core::StorageError> {
+/// use std::time::Duration;
+/// use storage_lock_core::storage::acquire_first_free;
+/// use storage_lock_core::{AcquireAnyOutcome, AcquireRequest, MemoryStorage, OwnerId, Storage};
+/// let req = |owner| AcquireRequest { owner, lease: Duration::from_secs(30), holder: None, reentrant: false };
+/// let s = MemoryStorage::new();
+/// s.acquire_once("a", &req(OwnerId::random())).await?;
+/// let AcquireAnyOutcome::Acquired(taken) =
+///     acquire_first_free(&s, &["a", "b", "c"], 1, &req(OwnerId::random())).await?
+/// else {
+///     panic!("b and c are free")
+/// };
+/// assert_eq!(taken[0].0, 1); // "a" is held: "b" is the first free key
+/// # Ok(()) }
+/// ```
+pub async fn acquire_first_free<S: Storage + ?Sized>(
+    s: &S,
+    keys: &[&str],
+    need: usize,
+    req: &AcquireRequest,
+) -> Result<AcquireAnyOutcome, StorageError> {
+    defaults::acquire_any(s, keys, need, req).await
 }
 
 /// One conditional write of [`Primitives::write_all`].
@@ -441,6 +502,9 @@ macro_rules! forward_storage {
             }
             async fn acquire_many(&self, keys: &[&str], req: &AcquireRequest) -> Result<AcquireManyOutcome, StorageError> {
                 (**self).acquire_many(keys, req).await
+            }
+            async fn acquire_any(&self, keys: &[&str], need: usize, req: &AcquireRequest) -> Result<AcquireAnyOutcome, StorageError> {
+                (**self).acquire_any(keys, need, req).await
             }
             async fn renew(&self, key: &str, owner: OwnerId, lease: Duration) -> Result<RenewOutcome, StorageError> {
                 (**self).renew(key, owner, lease).await

@@ -74,6 +74,18 @@ pub enum AcquireManyOutcome {
     },
 }
 
+/// The result of [`crate::Storage::acquire_any`]: `need` of the keys taken, or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireAnyOutcome {
+    /// The owner holds `need` of the keys now: `(position in the keys given, grant)` for each,
+    /// by position.
+    Acquired(Vec<(usize, AcquireOutcome)>),
+    /// Fewer than `need` keys were free; the owner holds none of them. The keys found held
+    /// (every key was looked at), as `(position, busy outcome)` by position; each outcome is
+    /// an [`AcquireOutcome::Busy`] whose `holder` may be left out.
+    Busy(Vec<(usize, AcquireOutcome)>),
+}
+
 /// One key of a [`crate::Storage::renew_many`] call: extend `owner`'s live hold of `key` to
 /// `now + lease`, as [`crate::Storage::renew`] would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
