@@ -200,10 +200,11 @@ impl<S: Storage> Storage for FaultyStorage<S> {
         &self,
         keys: &[&str],
         need: usize,
+        gate: Option<&str>,
         req: &AcquireRequest,
     ) -> Result<AcquireAnyOutcome, StorageError> {
         self.enter(Op::AcquireAny).await?;
-        self.inner.acquire_any(keys, need, req).await
+        self.inner.acquire_any(keys, need, gate, req).await
     }
     async fn renew(
         &self,

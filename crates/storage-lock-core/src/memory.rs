@@ -354,16 +354,22 @@ impl Storage for MemoryStorage {
         Ok(AcquireManyOutcome::Acquired(taken))
     }
 
-    /// Every key looked at under one lock of the table, on one reading of the clock; the first
-    /// `need` free ones are taken only if there are that many.
+    /// The gate and every key looked at under one lock of the table, on one reading of the
+    /// clock; the first `need` free ones are taken only if there are that many.
     async fn acquire_any(
         &self,
         keys: &[&str],
         need: usize,
+        gate: Option<&str>,
         req: &AcquireRequest,
     ) -> Result<AcquireAnyOutcome, StorageError> {
         let now = self.clock.now();
         let mut table = self.table();
+        let gate = match gate.map(|g| table.current(g)) {
+            Some(Some(g)) if g.count > 0 => return Ok(AcquireAnyOutcome::GateHeld),
+            Some(Some(g)) => g.fencing,
+            _ => 0,
+        };
         let (mut free, mut busy) = (Vec::with_capacity(need), Vec::new());
         for (index, key) in keys.iter().enumerate() {
             match ops::decide_acquire(table.current(key), 0, now, req) {
@@ -379,7 +385,7 @@ impl Storage for MemoryStorage {
             .into_iter()
             .map(|index| (index, acquire_in(&mut table, keys[index], req, now)))
             .collect();
-        Ok(AcquireAnyOutcome::Acquired(taken))
+        Ok(AcquireAnyOutcome::Acquired { taken, gate })
     }
 
     async fn renew(

@@ -932,20 +932,19 @@ impl Storage for RedisStorage {
         })
     }
 
-    /// One script over every key (one slot on a cluster, as for [`Self::acquire_many`]), on
-    /// one `TIME`: the first `need` free keys are taken, or none is written.
+    /// One script over the gate and every key (one slot on a cluster, as for
+    /// [`Self::acquire_many`]), on one `TIME`: the first `need` free keys are taken while the
+    /// gate has no holder, or none is written.
     async fn acquire_any(
         &self,
         keys: &[&str],
         need: usize,
+        gate: Option<&str>,
         req: &AcquireRequest,
     ) -> Result<AcquireAnyOutcome, StorageError> {
         let Some(first) = keys.first() else {
-            return Ok(if need == 0 {
-                AcquireAnyOutcome::Acquired(Vec::new())
-            } else {
-                AcquireAnyOutcome::Busy(Vec::new())
-            });
+            return storage_lock_core::storage::acquire_first_free(self, keys, need, gate, req)
+                .await;
         };
         let mut writer = self.writer();
         let mut inv = self.scripts.acquire_any.prepare_invoke();
@@ -953,7 +952,10 @@ impl Storage for RedisStorage {
             inv.key(self.redis_key(key));
         }
         self.request_args(&mut inv, req);
-        inv.arg(need);
+        if let Some(gate) = gate {
+            inv.key(self.redis_key(gate));
+        }
+        inv.arg(need).arg(if gate.is_some() { "1" } else { "0" });
         let reply: Vec<Value> = inv
             .invoke_async(&mut writer)
             .await
@@ -965,9 +967,14 @@ impl Storage for RedisStorage {
                 .filter(|&i| i < keys.len())
                 .ok_or_else(|| corrupt(first, "a position outside the keys"))
         };
-        if int(first, reply.first())? == 1 {
+        let answer = int(first, reply.first())?;
+        if answer == 2 {
+            return Ok(AcquireAnyOutcome::GateHeld);
+        }
+        if answer == 1 {
+            let gate = uint(first, reply.get(1))?;
             let mut taken = Vec::with_capacity(need);
-            for at in (1..reply.len()).step_by(4) {
+            for at in (2..reply.len()).step_by(4) {
                 let i = position(at)?;
                 let key = keys[i];
                 taken.push((
@@ -981,7 +988,7 @@ impl Storage for RedisStorage {
                 ));
             }
             self.replicated(&writer, "acquire").await?;
-            return Ok(AcquireAnyOutcome::Acquired(taken));
+            return Ok(AcquireAnyOutcome::Acquired { taken, gate });
         }
         let now = Timestamp::from_millis(uint(first, reply.get(1))?);
         let mut held = Vec::new();

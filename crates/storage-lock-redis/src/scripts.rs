@@ -172,19 +172,29 @@ return out"
     )
 }
 
-/// KEYS = the records (distinct), then the floor record; ARGV as [`ACQUIRE_RULE`], then
-/// `need`. Takes the first `need` free keys, or none, on one `TIME`: every record is looked at
-/// (until `need` free ones are found), and the tokens of the ones to take worked out, before
-/// any is written. Returns `{1, position (1-based), fencing, count, expires_at, …}` for each
-/// key taken, else `{0, now, position, expires_at, …}` for every held key (none is marked:
-/// a waiter marks the slot it then waits on, as [`acquire`] does).
+/// KEYS = the records (distinct), the floor record, then the gate record if ARGV[11] is '1';
+/// ARGV as [`ACQUIRE_RULE`], then `need` and whether there is a gate. Takes the first `need`
+/// free keys, or none, on one `TIME`, and only while the gate has no holder (count 0 or no
+/// record): the gate and every record are looked at (until `need` free ones are found), and
+/// the tokens of the ones to take worked out, before any is written. Returns `{1, the gate's
+/// token (0: none), then position (1-based), fencing, count, expires_at for each key taken}`,
+/// `{2}` when the gate is held, else `{0, now, then position, expires_at for every held key}`
+/// (none is marked: a waiter marks the slot it then waits on, as [`acquire`] does).
 pub(crate) fn acquire_any() -> String {
     format!(
         "{PRELUDE}{ACQUIRE_RULE}
 local now = now_ms()
+local gated = ARGV[11] == '1'
 local n = #KEYS - 1
+if gated then n = n - 1 end
 local need = tonumber(ARGV[10])
 local floor = floor_reader(KEYS[n + 1])
+local gate = 0
+if gated then
+  local g = redis.call('HMGET', KEYS[n + 2], 'c', 'f')
+  if g[1] and tonumber(g[1]) > 0 then return {{2}} end
+  gate = tonumber(g[2] or '0')
+end
 local take, held = {{}}, {{0, now}}
 for i = 1, n do
   if #take == need then break end
@@ -199,7 +209,7 @@ for i = 1, n do
   end
 end
 if #take < need then return held end
-local out = {{1}}
+local out = {{1, gate}}
 for _, t in ipairs(take) do
   local g = grant(KEYS[t[1]], t[2], t[3], t[4], now)
   out[#out + 1] = t[1]

@@ -524,6 +524,95 @@ async fn server_restart_keeps_fencing() {
     .await;
 }
 
+/// A reader-writer lock's read in one statement (`acquire_any` with a gate) and a writer's
+/// acquisition of the gate are ordered: while the read's statement is held at a `BEFORE
+/// INSERT` trigger (on its own rows only), after it looked at the gate, the writer's
+/// acquisition of the gate waits for it; so the writer, once in, finds the reader's slot
+/// held. Without the gate's `FOR SHARE`, the writer would take the gate at once, and the
+/// reader its slot too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_in_one_statement_is_ordered_with_a_writer_taking_the_gate() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use storage_lock_core::{AcquireAnyOutcome, AcquireRequest, HolderInfo, OwnerId, Storage};
+
+    let (s, url, table) = own_table("sl_gate").await;
+    let req = |owner, note: Option<&str>| AcquireRequest {
+        owner,
+        lease: Duration::from_secs(30),
+        holder: Some(Arc::new(HolderInfo {
+            host: "test".into(),
+            pid: 1,
+            note: note.map(str::to_owned),
+        })),
+        reentrant: false,
+    };
+    let (writer, reader) = (OwnerId::random(), OwnerId::random());
+    let slots = ["r/0", "r/1"];
+    // The gate has a row (a released hold).
+    s.acquire_once("g", &req(writer, None)).await.unwrap();
+    s.release("g", writer).await.unwrap();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let (blocker, gate) = closed_gate(&pool, &table, "NEW.holder_note = 'gated'").await;
+    let s = Arc::new(s);
+    let read = tokio::spawn({
+        let s = s.clone();
+        async move {
+            s.acquire_any(&slots, 1, Some("g"), &req(reader, Some("gated")))
+                .await
+        }
+    });
+    until_waiting_at(&pool, gate).await;
+    let write = tokio::spawn({
+        let s = s.clone();
+        async move { s.acquire_once("g", &req(writer, None)).await }
+    });
+    // Until the writer waits for a row lock (or, wrongly, is done).
+    let waits = async {
+        loop {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype IN ('transactionid', 'tuple')
+                   AND NOT granted",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if n > 0 || write.is_finished() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), waits)
+        .await
+        .expect("the writer waits or is done");
+    let wrote_first = write.is_finished();
+    blocker.rollback().await.unwrap();
+    let read = read.await.unwrap().unwrap();
+    let write = write.await.unwrap().unwrap();
+    let slots_held: Vec<_> = {
+        let mut v = Vec::new();
+        for slot in slots {
+            v.push(s.get(slot).await.unwrap());
+        }
+        v
+    };
+    drop_gated_table(&pool, &table).await;
+    assert!(
+        !wrote_first,
+        "the writer took the gate while a read held it: {read:?}"
+    );
+    assert!(
+        matches!(write, storage_lock_core::AcquireOutcome::Acquired { .. }),
+        "{write:?}"
+    );
+    let AcquireAnyOutcome::Acquired { taken, .. } = read else {
+        panic!("the gate was free when the read looked: {read:?}");
+    };
+    let slot = slots_held[taken[0].0].as_ref().expect("the reader's slot");
+    assert_eq!(slot.record.owner, reader, "{slot:?}");
+}
+
 /// A semaphore's one-statement attempt (`acquire_any`) whose candidate key is taken after its
 /// snapshot: held at a `BEFORE INSERT` trigger (on its own rows only) until another owner has
 /// taken its first candidate, it must write nothing of that attempt and take the next free
@@ -552,7 +641,7 @@ async fn an_attempt_at_any_keys_takes_others_when_a_candidate_is_taken_meanwhile
     let s = Arc::new(s);
     let gated = tokio::spawn({
         let s = s.clone();
-        async move { s.acquire_any(&keys, 2, &req(y, Some("gated"))).await }
+        async move { s.acquire_any(&keys, 2, None, &req(y, Some("gated"))).await }
     });
     // Until the statement waits at the gate (its snapshot: every key free, a and b chosen).
     until_waiting_at(&pool, gate).await;
@@ -561,7 +650,7 @@ async fn an_attempt_at_any_keys_takes_others_when_a_candidate_is_taken_meanwhile
     let answer = gated.await.unwrap().unwrap();
     let d = s.get("d").await.unwrap();
     drop_gated_table(&pool, &table).await;
-    let AcquireAnyOutcome::Acquired(taken) = answer else {
+    let AcquireAnyOutcome::Acquired { taken, .. } = answer else {
         panic!("b, c and d are free: {answer:?}");
     };
     let positions: Vec<usize> = taken.iter().map(|(i, _)| *i).collect();

@@ -355,7 +355,7 @@ pub async fn acquire_any_takes_the_first_free_keys_or_none<S: Storage>(s: S) {
             .unwrap();
     }
     match s
-        .acquire_any(&keys, 3, &request(y, lease, false))
+        .acquire_any(&keys, 3, None, &request(y, lease, false))
         .await
         .unwrap()
     {
@@ -382,11 +382,11 @@ pub async fn acquire_any_takes_the_first_free_keys_or_none<S: Storage>(s: S) {
         }
     }
     let taken = match s
-        .acquire_any(&keys, 2, &request(y, lease, false))
+        .acquire_any(&keys, 2, None, &request(y, lease, false))
         .await
         .unwrap()
     {
-        AcquireAnyOutcome::Acquired(taken) => taken,
+        AcquireAnyOutcome::Acquired { taken, gate: 0 } => taken,
         other => panic!("a and c are free: {other:?}"),
     };
     let positions: Vec<usize> = taken.iter().map(|(i, _)| *i).collect();
@@ -407,7 +407,7 @@ pub async fn acquire_any_takes_the_first_free_keys_or_none<S: Storage>(s: S) {
         let owned = owned.clone();
         tokio::spawn(async move {
             let keys: Vec<&str> = owned.iter().map(String::as_str).collect();
-            s.acquire_any(&keys, 1, &request(OwnerId::random(), lease, false))
+            s.acquire_any(&keys, 1, None, &request(OwnerId::random(), lease, false))
                 .await
                 .unwrap()
         })
@@ -416,13 +416,78 @@ pub async fn acquire_any_takes_the_first_free_keys_or_none<S: Storage>(s: S) {
     let mut won: Vec<usize> = results
         .iter()
         .filter_map(|r| match r {
-            AcquireAnyOutcome::Acquired(taken) if taken.len() == 1 => Some(taken[0].0),
-            AcquireAnyOutcome::Acquired(taken) => panic!("one key asked, {taken:?} given"),
-            AcquireAnyOutcome::Busy(_) => None,
+            AcquireAnyOutcome::Acquired { taken, .. } if taken.len() == 1 => Some(taken[0].0),
+            AcquireAnyOutcome::Acquired { taken, .. } => {
+                panic!("one key asked, {taken:?} given")
+            }
+            other => {
+                assert!(matches!(other, AcquireAnyOutcome::Busy(_)), "{other:?}");
+                None
+            }
         })
         .collect();
     won.sort_unstable();
     assert_eq!(won, [0, 2], "{results:?}");
+}
+
+/// [`Storage::acquire_any`] with a gate takes keys only while the gate has no holder: a gate
+/// never held lets them be taken (with a token below its first holder's), a held gate's answer
+/// is `GateHeld` with nothing taken, and once the gate is released the keys are taken with
+/// the released hold's token.
+pub async fn acquire_any_with_a_gate_takes_nothing_while_the_gate_is_held<S: Storage>(s: S) {
+    use storage_lock_core::AcquireAnyOutcome;
+    let p = unique_prefix("acquire_any_gate");
+    let (gate, a, b) = (format!("{p}gate"), format!("{p}a"), format!("{p}b"));
+    let keys = [a.as_str(), b.as_str()];
+    let lease = Duration::from_secs(30);
+    let (x, y) = (OwnerId::random(), OwnerId::random());
+    let fresh = s
+        .acquire_any(&keys, 1, Some(&gate), &request(y, lease, false))
+        .await
+        .unwrap();
+    let AcquireAnyOutcome::Acquired {
+        taken,
+        gate: never_held,
+    } = fresh
+    else {
+        panic!("a gate never held is free: {fresh:?}");
+    };
+    s.release(keys[taken[0].0], y).await.unwrap();
+    let token = fencing_of(
+        &s.acquire_once(&gate, &request(x, lease, false))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        never_held < token,
+        "a gate's first holder gets a token above the one readers passed it with"
+    );
+    let held = s
+        .acquire_any(&keys, 1, Some(&gate), &request(y, lease, false))
+        .await
+        .unwrap();
+    assert_eq!(held, AcquireAnyOutcome::GateHeld);
+    let now = s.now().await.unwrap();
+    for key in keys {
+        if let Some(stored) = s.get(key).await.unwrap() {
+            assert!(
+                stored.record.owner != y || !stored.record.is_held_at(now),
+                "{key} taken past a held gate: {stored:?}"
+            );
+        }
+    }
+    s.release(&gate, x).await.unwrap();
+    let passed = s
+        .acquire_any(&keys, 2, Some(&gate), &request(y, lease, false))
+        .await
+        .unwrap();
+    match passed {
+        AcquireAnyOutcome::Acquired { taken, gate } => {
+            assert_eq!(gate, token, "the released gate's token");
+            assert_eq!(taken.len(), 2, "{taken:?}");
+        }
+        other => panic!("the gate is free: {other:?}"),
+    }
 }
 
 /// Where the primitives write several keys at once ([`Primitives::write_all`]; a service

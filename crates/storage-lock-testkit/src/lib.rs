@@ -148,6 +148,7 @@ macro_rules! __cases {
                 racing_acquires_have_one_winner,
                 acquire_many_takes_every_key_or_none,
                 acquire_any_takes_the_first_free_keys_or_none,
+                acquire_any_with_a_gate_takes_nothing_while_the_gate_is_held,
                 write_all_is_all_or_nothing,
                 release_writes_tombstone,
                 list_by_prefix_in_pages,

@@ -246,10 +246,12 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     }
 
     /// One attempt at `need` of `names`, any of them, all or nothing, never waiting (a
-    /// semaphore's step: [`Storage::acquire_any`], one round trip on overriding backends).
-    /// `Ok(Ok(_))`: the handles, with the position of each name taken, by position;
-    /// `Ok(Err(_))`: fewer than `need` were free, nothing is held, and the names found held
-    /// with how long each hold lasts unless renewed, by position.
+    /// semaphore's step: [`Storage::acquire_any`], one round trip on overriding backends),
+    /// only while the lock `gate`, if given, has no holder (a reader-writer lock's read).
+    /// `Ok(Ok(_))`: the handles, with the position of each name taken, by position, and the
+    /// gate's fencing token; `Ok(Err(_))`: nothing is held, because fewer than `need` were
+    /// free (with the names found held and how long each hold lasts unless renewed, by
+    /// position) or the gate is held.
     ///
     /// # Errors
     /// [`LockError::InvalidOptions`] for a `need` of 0 or above the number of names, two names
@@ -263,6 +265,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         &self,
         names: &[&str],
         need: usize,
+        gate: Option<&str>,
         options: &AcquireOptions,
     ) -> Result<AnyAttempt, LockError> {
         if need == 0 || need > names.len() {
@@ -272,17 +275,29 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             ));
         }
         let keys = self.distinct_keys(names, options)?;
+        let gate = match gate {
+            Some(name) => {
+                validate_name(name)?;
+                Some(SmallKey::new(&self.key_for(name)?))
+            }
+            None => None,
+        };
+        let gated = gate.is_some();
         let req = self.request(OwnerId::random(), options, false);
         let sent_at = BootInstant::now();
         let (storage, asked_keys, asked) = (self.storage.clone(), keys.clone(), req.clone());
         let outcome = detached(
             async move {
                 let keys: Vec<&str> = asked_keys.iter().map(SmallKey::as_str).collect();
-                let outcome = storage.as_ref().acquire_any(&keys, need, &asked).await;
+                let gate = gate.as_ref().map(SmallKey::as_str);
+                let outcome = storage
+                    .as_ref()
+                    .acquire_any(&keys, need, gate, &asked)
+                    .await;
                 (outcome, storage, asked_keys, asked.owner)
             },
             |(outcome, storage, keys, owner)| async move {
-                if let Ok(AcquireAnyOutcome::Acquired(taken)) = outcome {
+                if let Ok(AcquireAnyOutcome::Acquired { taken, .. }) = outcome {
                     let taken: Vec<SmallKey> = taken
                         .iter()
                         .filter_map(|&(i, _)| keys.get(i).cloned())
@@ -293,7 +308,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         )
         .await
         .0;
-        let outcome = outcome.and_then(|o| checked_positions(&keys, need, o));
+        let outcome = outcome.and_then(|o| checked_positions(&keys, need, gated, o));
         let failed: LockError = match outcome {
             Ok(AcquireAnyOutcome::Busy(busy)) => {
                 let events = &self.shared.events;
@@ -310,9 +325,16 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     .into_iter()
                     .map(|(i, o)| (i, o.busy_for().unwrap_or_default()))
                     .collect();
-                return Ok(Err(left));
+                return Ok(Err(AnyRefused::Busy(left)));
             }
-            Ok(AcquireAnyOutcome::Acquired(taken)) => {
+            Ok(AcquireAnyOutcome::GateHeld) => {
+                telemetry::acquire_finished(
+                    Finish::TimedOut,
+                    BootInstant::now().saturating_duration_since(sent_at),
+                );
+                return Ok(Err(AnyRefused::GateHeld));
+            }
+            Ok(AcquireAnyOutcome::Acquired { taken, gate }) => {
                 let granted_at = BootInstant::now();
                 let (positions, outcomes): (Vec<usize>, Vec<AcquireOutcome>) =
                     taken.into_iter().unzip();
@@ -322,7 +344,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     Ok(granted) => {
                         let handles =
                             self.start_holds(&keys, &names, req.owner, options, &granted)?;
-                        return Ok(Ok(positions.into_iter().zip(handles).collect()));
+                        return Ok(Ok((positions.into_iter().zip(handles).collect(), gate)));
                     }
                     Err(e) => {
                         let storage = self.storage.clone();
@@ -359,24 +381,39 @@ impl<S: Storage + ?Sized> StorageLock<S> {
     }
 }
 
-/// What [`StorageLock::acquire_any_handles`] gives: the handles with their positions, or the
-/// positions found busy with the time each hold has left.
-pub(crate) type AnyAttempt = Result<Vec<(usize, LockHandle)>, Vec<(usize, Duration)>>;
+/// What [`StorageLock::acquire_any_handles`] gives: the handles with their positions and the
+/// gate's fencing token, or why nothing was taken.
+pub(crate) type AnyAttempt = Result<(Vec<(usize, LockHandle)>, u64), AnyRefused>;
 
-/// `outcome`, if its positions are within `keys`, distinct and ascending, and a grant names
-/// `need` of them; a broken answer is a failed request.
+/// Why [`StorageLock::acquire_any_handles`] took nothing.
+#[derive(Debug)]
+pub(crate) enum AnyRefused {
+    /// Too few names were free: the positions found held, with the time each hold has left.
+    Busy(Vec<(usize, Duration)>),
+    /// The gate has a holder.
+    GateHeld,
+}
+
+/// `outcome`, if its positions are within `keys`, distinct and ascending, a grant names `need`
+/// of them, and a held gate was asked about; a broken answer is a failed request.
 fn checked_positions(
     keys: &[SmallKey],
     need: usize,
+    gated: bool,
     outcome: AcquireAnyOutcome,
 ) -> Result<AcquireAnyOutcome, crate::StorageError> {
     let positions: Vec<usize> = match &outcome {
-        AcquireAnyOutcome::Acquired(taken) => taken.iter().map(|&(i, _)| i).collect(),
+        AcquireAnyOutcome::Acquired { taken, .. } => taken.iter().map(|&(i, _)| i).collect(),
         AcquireAnyOutcome::Busy(busy) => busy.iter().map(|&(i, _)| i).collect(),
+        AcquireAnyOutcome::GateHeld => Vec::new(),
     };
     let ascending = positions.windows(2).all(|w| w[0] < w[1]);
     let within = positions.last().is_none_or(|&i| i < keys.len());
-    let counted = !matches!(outcome, AcquireAnyOutcome::Acquired(_)) || positions.len() == need;
+    let counted = match outcome {
+        AcquireAnyOutcome::Acquired { .. } => positions.len() == need,
+        AcquireAnyOutcome::GateHeld => gated,
+        AcquireAnyOutcome::Busy(_) => true,
+    };
     if ascending && within && counted {
         return Ok(outcome);
     }
@@ -487,7 +524,7 @@ mod tests {
         let l = locks();
         let opts = AcquireOptions::default();
         for need in [0, 3] {
-            let bad = l.acquire_any_handles(&["a", "b"], need, &opts).await;
+            let bad = l.acquire_any_handles(&["a", "b"], need, None, &opts).await;
             assert!(
                 matches!(bad, Err(crate::LockError::InvalidOptions { .. })),
                 "{bad:?}"
@@ -497,10 +534,13 @@ mod tests {
         let b = l.try_acquire("b", &opts).await.unwrap().unwrap();
         let d = l.try_acquire("d", &opts).await.unwrap().unwrap();
         let busy = l
-            .acquire_any_handles(&["a", "b", "c", "d"], 3, &opts)
+            .acquire_any_handles(&["a", "b", "c", "d"], 3, None, &opts)
             .await
             .unwrap()
             .unwrap_err();
+        let super::AnyRefused::Busy(busy) = busy else {
+            panic!("no gate was given: {busy:?}")
+        };
         let positions: Vec<usize> = busy.iter().map(|&(i, _)| i).collect();
         assert_eq!(positions, [1, 3]);
         assert!(
@@ -508,14 +548,31 @@ mod tests {
                 .all(|&(_, left)| left > std::time::Duration::ZERO)
         );
         let taken = l
-            .acquire_any_handles(&["a", "b", "c", "d"], 2, &opts)
+            .acquire_any_handles(&["a", "b", "c", "d"], 2, None, &opts)
             .await
             .unwrap()
             .unwrap();
+        assert_eq!(taken.1, 0, "no gate");
+        let taken = taken.0;
         let positions: Vec<usize> = taken.iter().map(|(i, _)| *i).collect();
         assert_eq!(positions, [0, 2]);
         assert_eq!(taken[1].1.name(), "c");
-        drop((b, d, taken));
+        // With a gate: nothing while the gate is held; its token once it is free.
+        let gate = l.try_acquire("gate", &opts).await.unwrap().unwrap();
+        let held = l
+            .acquire_any_handles(&["a", "c", "e"], 1, Some("gate"), &opts)
+            .await
+            .unwrap();
+        assert!(matches!(held, Err(super::AnyRefused::GateHeld)), "{held:?}");
+        let token = gate.fencing_token();
+        gate.release().await.unwrap();
+        let (taken_e, at) = l
+            .acquire_any_handles(&["a", "c", "e"], 1, Some("gate"), &opts)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((taken_e[0].0, at), (2, token));
+        drop((b, d, taken, taken_e));
     }
 
     #[derive(Debug)]

@@ -18,6 +18,7 @@ mod acquire;
 mod backend;
 mod events;
 mod many;
+pub(crate) use many::AnyRefused;
 mod owned;
 mod reentrant;
 mod renewals;

@@ -11,7 +11,7 @@ use crate::hold::LockHandle;
 use crate::storage::Storage;
 
 use super::fair::FairLock;
-use super::semaphore::{Permit, Semaphore, slot_name};
+use super::semaphore::{Permit, Refused, Semaphore, slot_name};
 
 /// How many readers an [`RwLock`] admits at once unless [`RwLock::with_max_readers`] says
 /// otherwise. A writer looks at every reader slot, so the number is a trade between how many
@@ -54,7 +54,9 @@ pub fn order_name(name: &str) -> String {
 ///   holds one for its whole read.
 /// * A **reader** takes a slot, then reads the gate: free, and the read begins; held, and it
 ///   gives the slot back, waits for the gate by taking it, takes a slot while it holds the
-///   gate (without waiting) and lets the gate go.
+///   gate (without waiting) and lets the gate go. A storage that can do it takes the slot only
+///   if the gate is free, in one request ([`crate::Storage::acquire_any`] with a gate),
+///   reading the gate at the instant it takes the slot; the argument below is the same.
 /// * A **writer** takes the gate, then reads the readers' limit record: none, and no reader
 ///   ever came in (a reader writes it before it takes a slot), so the write begins. Otherwise
 ///   it waits until it has seen every reader slot free (one read of each slot, in parallel; a
@@ -68,15 +70,19 @@ pub fn order_name(name: &str) -> String {
 ///
 /// # Fencing
 /// A writer's token is its gate hold's token. A reader's token is the gate's token when it
-/// passed it: the last writer's (or, after stepping aside, its own brief hold's). So every
+/// passed it: the last writer's (or, after stepping aside, its own brief hold's; for a gate
+/// never held, 0, or on PostgreSQL the fencing floor, below the first writer's). So every
 /// writer's token is strictly greater than every token of a reader before it, and readers of
 /// one read phase share the token of the writer before them: a resource that keeps the highest
 /// token it saw rejects a deposed writer, and may accept reads carrying a token at least that
 /// high.
 ///
 /// # Cost
-/// A read is two round trips and a release one (a third when a writer holds or waits; the
-/// first read of a name in a process also reads, or writes, the readers' limit). A write is
+/// A read is one [`crate::Storage::acquire_any`] call with the gate (one round trip on a
+/// storage that overrides it: memory, Redis, PostgreSQL; two elsewhere, the slot then the
+/// gate) and a
+/// release one; more when a writer holds or waits, or every slot is taken (the first read of
+/// a name in a process also reads, or writes, the readers' limit). A write is
 /// one acquisition and one read of the readers' limit; once readers have used the name, also
 /// one read of each of the `max_readers` slots (in parallel) and two more round trips for each
 /// slot a reader holds. So a name no reader uses costs what the exclusive lock costs, plus one
@@ -273,41 +279,48 @@ impl<S: Storage + ?Sized> RwLock<S> {
     async fn read_now(&self, options: &AcquireOptions) -> Result<Option<ReadGuard>, LockError> {
         let budget = super::Budget::new(options.wait);
         let gate_key = self.locks.key_for(&self.name)?.into_owned();
+        let once = options.clone().wait(Wait::Never);
         let mut wait = options.wait;
         loop {
-            let Some(permit) = self.readers.acquire(&options.clone().wait(wait)).await? else {
-                return Ok(None);
-            };
-            // The gate, read after the slot is ours: free (released or never taken), and no
-            // writer can be past its look at the slots.
-            let gate = match self.locks.storage().get(&gate_key).await {
-                Ok(gate) => gate,
-                Err(e) => {
-                    let _ = permit.release().await;
-                    return Err(e.into());
+            // A slot while the gate is free, in one request where the storage can do it (it
+            // reads the gate at one instant with its taking of the slot, or after it).
+            match self.readers.try_pass(&self.name, &once).await? {
+                Ok((permit, token)) => return Ok(Some(ReadGuard { permit, token })),
+                Err(Refused::GateHeld) => {}
+                Err(Refused::Busy(_)) => {
+                    // Every slot is taken: wait for one, then read the gate.
+                    let Some(permit) = self.readers.acquire(&options.clone().wait(wait)).await?
+                    else {
+                        return Ok(None);
+                    };
+                    // The gate, read after the slot is ours: free (released or never taken),
+                    // and no writer can be past its look at the slots.
+                    let gate = match self.locks.storage().get(&gate_key).await {
+                        Ok(gate) => gate,
+                        Err(e) => {
+                            let _ = permit.release().await;
+                            return Err(e.into());
+                        }
+                    };
+                    match gate {
+                        None => return Ok(Some(ReadGuard { permit, token: 0 })),
+                        Some(g) if g.record.count == 0 => {
+                            let token = g.record.fencing;
+                            return Ok(Some(ReadGuard { permit, token }));
+                        }
+                        // A failed release leaves the slot to lapse at its lease's end.
+                        Some(_) => drop(permit.release().await),
+                    }
                 }
-            };
-            match gate {
-                None => return Ok(Some(ReadGuard { permit, token: 0 })),
-                Some(g) if g.record.count == 0 => {
-                    let token = g.record.fencing;
-                    return Ok(Some(ReadGuard { permit, token }));
-                }
-                Some(_) => {}
             }
-            // A writer holds or waits (or a reader steps through): step aside, wait for the
-            // gate by taking it, and take a slot while it is ours. A failed release leaves
-            // the slot to lapse at its lease's end.
-            let _ = permit.release().await;
+            // A writer holds or waits (or a reader steps through): wait for the gate by
+            // taking it, and take a slot while it is ours.
             let gate_wait = budget.remaining().unwrap_or(Wait::Never);
             let gate_options = super::brief(options, gate_wait);
             let Some(gate) = self.locks.try_acquire(&self.name, &gate_options).await? else {
                 return Ok(None);
             };
-            let permit = self
-                .readers
-                .acquire(&options.clone().wait(Wait::Never))
-                .await;
+            let permit = self.readers.acquire(&once).await;
             let token = gate.fencing_token();
             let _ = gate.release().await;
             if let Some(permit) = permit? {

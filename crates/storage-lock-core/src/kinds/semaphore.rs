@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use crate::contract::{AcquireOptions, LockError, Wait};
-use crate::engine::StorageLock;
+use crate::engine::{AnyRefused, StorageLock};
 use crate::hold::LockHandle;
 use crate::storage::ops::RESERVED_KEY_PREFIX;
 use crate::storage::{Storage, StorageExt};
@@ -250,6 +250,41 @@ impl<S: Storage + ?Sized> Semaphore<S> {
         once: &AcquireOptions,
         held: Option<Permit>,
     ) -> Result<Result<Vec<Permit>, Vec<(u32, Duration)>>, LockError> {
+        Ok(match self.take(k, once, held, None).await? {
+            Ok((parts, _)) => Ok(parts),
+            Err(Refused::Busy(busy)) => Err(busy),
+            // No gate was asked about.
+            Err(Refused::GateHeld) => Err(Vec::new()),
+        })
+    }
+
+    /// One permit, without waiting, only while the lock `gate` has no holder, with the gate's
+    /// fencing token (0: never held): a reader-writer lock's read in one request on a storage
+    /// that overrides [`Storage::acquire_any`]. Checks the limit record first, as
+    /// [`Self::acquire`] does.
+    ///
+    /// # Errors
+    /// As [`Self::acquire`].
+    pub(super) async fn try_pass(
+        &self,
+        gate: &str,
+        once: &AcquireOptions,
+    ) -> Result<Result<(Permit, u64), Refused>, LockError> {
+        self.check_limit().await?;
+        Ok(self
+            .take(1, once, None, Some(gate))
+            .await?
+            .map(|(mut parts, token)| (parts.remove(0), token)))
+    }
+
+    /// [`Self::try_take`] with a gate.
+    async fn take(
+        &self,
+        k: u32,
+        once: &AcquireOptions,
+        held: Option<Permit>,
+        gate: Option<&str>,
+    ) -> Result<Result<(Vec<Permit>, u64), Refused>, LockError> {
         let n = self.inner.permits;
         let start = rand::random_range(0..n);
         let mut parts: Vec<Permit> = held.into_iter().collect();
@@ -258,36 +293,43 @@ impl<S: Storage + ?Sized> Semaphore<S> {
             .filter(|slot| parts.iter().all(|p| p.slot != *slot))
             .collect();
         let need = (k as usize).saturating_sub(parts.len());
+        let mut token = 0;
         if need > 0 {
             let names: Vec<String> = slots
                 .iter()
                 .map(|&slot| slot_name(&self.inner.name, slot))
                 .collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            let attempt = match self.locks.acquire_any_handles(&names, need, once).await {
-                Ok(attempt) => attempt,
-                Err(e) => {
-                    let _ = release_all(&parts).await;
-                    return Err(e);
+            let attempt = self
+                .locks
+                .acquire_any_handles(&names, need, gate, once)
+                .await;
+            let refused = match attempt {
+                Ok(Ok((taken, gate_token))) => {
+                    token = gate_token;
+                    parts.extend(taken.into_iter().map(|(i, handle)| Permit {
+                        slot: slots[i],
+                        handle,
+                    }));
+                    None
                 }
-            };
-            match attempt {
-                Ok(taken) => parts.extend(taken.into_iter().map(|(i, handle)| Permit {
-                    slot: slots[i],
-                    handle,
-                })),
-                Err(busy) => {
-                    // A failed release leaves the permit to lapse at its lease's end.
-                    let _ = release_all(&parts).await;
+                Ok(Err(AnyRefused::Busy(busy))) => {
                     let mut busy: Vec<(u32, Duration)> =
                         busy.into_iter().map(|(i, left)| (slots[i], left)).collect();
                     busy.sort_by_key(|&(_, left)| left);
-                    return Ok(Err(busy));
+                    Some(Ok(Refused::Busy(busy)))
                 }
+                Ok(Err(AnyRefused::GateHeld)) => Some(Ok(Refused::GateHeld)),
+                Err(e) => Some(Err(e)),
+            };
+            if let Some(refused) = refused {
+                // A failed release leaves the permit to lapse at its lease's end.
+                let _ = release_all(&parts).await;
+                return refused.map(Err);
             }
         }
         parts.sort_by_key(|p| p.slot);
-        Ok(Ok(parts))
+        Ok(Ok((parts, token)))
     }
 
     /// Waits on the busy slots that end soonest (at most [`WATCHED_SLOTS`]; for at most
@@ -340,6 +382,15 @@ impl<S: Storage + ?Sized> Semaphore<S> {
             None => Ok(None),
         }
     }
+}
+
+/// Why [`Semaphore::try_pass`] took nothing.
+#[derive(Debug)]
+pub(super) enum Refused {
+    /// Too few slots were free: the busy ones, with the time each hold has left, soonest first.
+    Busy(Vec<(u32, Duration)>),
+    /// The gate has a holder.
+    GateHeld,
 }
 
 /// One permit of a [`Semaphore`]: an exclusive hold of one of its slots. Dropping it releases

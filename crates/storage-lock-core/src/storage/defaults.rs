@@ -472,10 +472,12 @@ pub(super) async fn acquire_many_at_once<S: Primitives + ?Sized>(
 
 /// [`Storage::acquire_any`] key by key: [`Storage::acquire_once`] on each in order until `need`
 /// are taken; when the keys run out first, or a request fails, the keys taken are released.
+/// The gate is read after the keys are taken.
 pub(super) async fn acquire_any<S: Storage + ?Sized>(
     s: &S,
     keys: &[&str],
     need: usize,
+    gate: Option<&str>,
     req: &AcquireRequest,
 ) -> Result<AcquireAnyOutcome, StorageError> {
     let mut taken: Vec<(usize, AcquireOutcome)> = Vec::with_capacity(need);
@@ -493,11 +495,24 @@ pub(super) async fn acquire_any<S: Storage + ?Sized>(
             }
         }
     }
-    if taken.len() == need {
-        return Ok(AcquireAnyOutcome::Acquired(taken));
+    if taken.len() < need {
+        give_back_taken(s, keys, &taken, req.owner).await;
+        return Ok(AcquireAnyOutcome::Busy(busy));
     }
-    give_back_taken(s, keys, &taken, req.owner).await;
-    Ok(AcquireAnyOutcome::Busy(busy))
+    let Some(gate) = gate else {
+        return Ok(AcquireAnyOutcome::Acquired { taken, gate: 0 });
+    };
+    match s.get(gate).await {
+        Ok(None) => Ok(AcquireAnyOutcome::Acquired { taken, gate: 0 }),
+        Ok(Some(g)) if g.record.count == 0 => Ok(AcquireAnyOutcome::Acquired {
+            taken,
+            gate: g.record.fencing,
+        }),
+        held => {
+            give_back_taken(s, keys, &taken, req.owner).await;
+            held.map(|_| AcquireAnyOutcome::GateHeld)
+        }
+    }
 }
 
 async fn give_back_taken<S: Storage + ?Sized>(

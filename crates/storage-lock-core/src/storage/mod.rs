@@ -127,10 +127,18 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     /// is at least 1 and at most `keys.len()`. This is a semaphore's attempt
     /// ([`crate::kinds::Semaphore`]: the keys are its slots, from a random one on).
     ///
+    /// With a `gate` (a key apart from `keys`: a reader-writer lock's, [`crate::kinds::RwLock`],
+    /// whose reader slots are the keys), the keys are taken only while the gate has no holder
+    /// (no record, or a count of 0), and the answer carries the gate's fencing token; a held
+    /// gate is [`AcquireAnyOutcome::GateHeld`] with nothing taken. The gate must be read
+    /// *after* the keys are taken, or at one instant with their taking: a writer takes the gate
+    /// first and then looks at the slots, so one of the two sees the other.
+    ///
     /// The default ([`acquire_first_free`]) takes the keys one by one with
     /// [`Storage::acquire_once`] until it has `need`, and gives them back if it runs out of
-    /// keys first: one round trip per key it looks at. A backend whose lock operations are its
-    /// own overrides it to look at every key and take the free ones in one round trip.
+    /// keys first (one round trip per key it looks at), then reads the gate, and gives the keys
+    /// back if it is held. A backend whose lock operations are its own overrides it to look at
+    /// the gate and every key and take the free ones in one round trip.
     ///
     /// A `need` of 0 takes nothing; one above the number of keys is busy.
     ///
@@ -141,9 +149,10 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
         &self,
         keys: &[&str],
         need: usize,
+        gate: Option<&str>,
         req: &AcquireRequest,
     ) -> Result<AcquireAnyOutcome, StorageError> {
-        acquire_first_free(self, keys, need, req).await
+        acquire_first_free(self, keys, need, gate, req).await
     }
 
     /// Extends `owner`'s live hold of `key` to `now + lease` (see [`ops::decide_renew`]).
@@ -241,7 +250,8 @@ pub async fn acquire_each<S: Storage + ?Sized>(
 
 /// The default [`Storage::acquire_any`]: [`Storage::acquire_once`] on each key in order until
 /// `need` are taken; if the keys run out first (or a request fails), the keys taken are
-/// released. For an override that leaves some requests to the default.
+/// released. Then the gate, if any, is read, and the keys given back if it is held. For an
+/// override that leaves some requests to the default.
 ///
 /// # Errors
 /// As [`Storage::acquire_any`].
@@ -255,8 +265,8 @@ pub async fn acquire_each<S: Storage + ?Sized>(
 /// let req = |owner| AcquireRequest { owner, lease: Duration::from_secs(30), holder: None, reentrant: false };
 /// let s = MemoryStorage::new();
 /// s.acquire_once("a", &req(OwnerId::random())).await?;
-/// let AcquireAnyOutcome::Acquired(taken) =
-///     acquire_first_free(&s, &["a", "b", "c"], 1, &req(OwnerId::random())).await?
+/// let AcquireAnyOutcome::Acquired { taken, .. } =
+///     acquire_first_free(&s, &["a", "b", "c"], 1, None, &req(OwnerId::random())).await?
 /// else {
 ///     panic!("b and c are free")
 /// };
@@ -267,9 +277,10 @@ pub async fn acquire_first_free<S: Storage + ?Sized>(
     s: &S,
     keys: &[&str],
     need: usize,
+    gate: Option<&str>,
     req: &AcquireRequest,
 ) -> Result<AcquireAnyOutcome, StorageError> {
-    defaults::acquire_any(s, keys, need, req).await
+    defaults::acquire_any(s, keys, need, gate, req).await
 }
 
 /// One conditional write of [`Primitives::write_all`].
@@ -503,8 +514,8 @@ macro_rules! forward_storage {
             async fn acquire_many(&self, keys: &[&str], req: &AcquireRequest) -> Result<AcquireManyOutcome, StorageError> {
                 (**self).acquire_many(keys, req).await
             }
-            async fn acquire_any(&self, keys: &[&str], need: usize, req: &AcquireRequest) -> Result<AcquireAnyOutcome, StorageError> {
-                (**self).acquire_any(keys, need, req).await
+            async fn acquire_any(&self, keys: &[&str], need: usize, gate: Option<&str>, req: &AcquireRequest) -> Result<AcquireAnyOutcome, StorageError> {
+                (**self).acquire_any(keys, need, gate, req).await
             }
             async fn renew(&self, key: &str, owner: OwnerId, lease: Duration) -> Result<RenewOutcome, StorageError> {
                 (**self).renew(key, owner, lease).await

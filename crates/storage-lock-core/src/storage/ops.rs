@@ -77,13 +77,22 @@ pub enum AcquireManyOutcome {
 /// The result of [`crate::Storage::acquire_any`]: `need` of the keys taken, or none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireAnyOutcome {
-    /// The owner holds `need` of the keys now: `(position in the keys given, grant)` for each,
-    /// by position.
-    Acquired(Vec<(usize, AcquireOutcome)>),
+    /// The owner holds `need` of the keys now.
+    Acquired {
+        /// `(position in the keys given, grant)` for each key taken, by position.
+        taken: Vec<(usize, AcquireOutcome)>,
+        /// The gate's fencing token when a gate was given (0 for no record; a storage may
+        /// keep a free record for a gate never held, whose token is then below its first
+        /// holder's); else 0.
+        gate: u64,
+    },
     /// Fewer than `need` keys were free; the owner holds none of them. The keys found held
     /// (every key was looked at), as `(position, busy outcome)` by position; each outcome is
     /// an [`AcquireOutcome::Busy`] whose `holder` may be left out.
     Busy(Vec<(usize, AcquireOutcome)>),
+    /// The gate given has a holder (its record's count is above 0, live or expired): nothing
+    /// was taken.
+    GateHeld,
 }
 
 /// One key of a [`crate::Storage::renew_many`] call: extend `owner`'s live hold of `key` to
