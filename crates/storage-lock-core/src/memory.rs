@@ -365,10 +365,13 @@ impl Storage for MemoryStorage {
     ) -> Result<AcquireAnyOutcome, StorageError> {
         let now = self.clock.now();
         let mut table = self.table();
+        // A gate without a record (never held, or swept) passes with the fencing floor: at
+        // least the token of any hold it ever had.
         let gate = match gate.map(|g| table.current(g)) {
             Some(Some(g)) if g.count > 0 => return Ok(AcquireAnyOutcome::GateHeld),
             Some(Some(g)) => g.fencing,
-            _ => 0,
+            Some(None) => table.floor(),
+            None => 0,
         };
         let (mut free, mut busy) = (Vec::with_capacity(need), Vec::new());
         for (index, key) in keys.iter().enumerate() {

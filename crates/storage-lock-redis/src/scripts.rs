@@ -177,7 +177,8 @@ return out"
 /// free keys, or none, on one `TIME`, and only while the gate has no holder (count 0 or no
 /// record): the gate and every record are looked at (until `need` free ones are found), and
 /// the tokens of the ones to take worked out, before any is written. Returns `{1, the gate's
-/// token (0: none), then position (1-based), fencing, count, expires_at for each key taken}`,
+/// token (the floor's when it has no record; 0 without a gate), then position (1-based),
+/// fencing, count, expires_at for each key taken}`,
 /// `{2}` when the gate is held, else `{0, now, then position, expires_at for every held key}`
 /// (none is marked: a waiter marks the slot it then waits on, as [`acquire`] does).
 pub(crate) fn acquire_any() -> String {
@@ -193,7 +194,8 @@ local gate = 0
 if gated then
   local g = redis.call('HMGET', KEYS[n + 2], 'c', 'f')
   if g[1] and tonumber(g[1]) > 0 then return {{2}} end
-  gate = tonumber(g[2] or '0')
+  -- No record (never held, or swept): the floor, at least any token it ever had.
+  if g[2] then gate = tonumber(g[2]) else gate = floor() end
 end
 local take, held = {{}}, {{0, now}}
 for i = 1, n do

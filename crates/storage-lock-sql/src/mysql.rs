@@ -38,8 +38,8 @@ use sqlx::{Executor, Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::storage::url::{DriverUrl, allow_volatile};
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Durability, OwnerId, ReleaseOutcome,
-    RenewOutcome, RenewRequest, StorageError, Timestamp,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities,
+    Durability, OwnerId, ReleaseOutcome, RenewOutcome, RenewRequest, StorageError, Timestamp,
 };
 
 use crate::conns::{Conns, Setup};
@@ -270,6 +270,108 @@ pub fn validate_url(url: &str) -> Result<(), String> {
 }
 
 impl MysqlStorage {
+    /// One attempt at several keys in one transaction, the keys' rows locked in the order
+    /// given: `need` of them (the first free ones; `need` = every key for a multi-lock, which
+    /// stops at the first held key), committed only if the attempt succeeds, rolled back
+    /// otherwise. `Ok(None)`: a row vanished between the statements (a sweep; MySQL 8), or the
+    /// database aborted the transaction as a deadlock victim: nothing was taken; try again.
+    async fn attempt_in_transaction(
+        &self,
+        conn: &mut MySqlConnection,
+        keys: &[&str],
+        need: usize,
+        req: &AcquireRequest,
+    ) -> Result<Option<Result<AcquireAnyOutcome, StorageError>>, sqlx::Error> {
+        use sqlx::Connection as _;
+        let (host, pid, note) = holder_params(req.holder.as_deref());
+        let statement = if self.returning {
+            &self.sql.acquire_returning
+        } else {
+            &self.sql.acquire
+        };
+        let mut tx = conn.begin().await?;
+        let (mut taken, mut busy) = (Vec::with_capacity(need), Vec::new());
+        for (index, key) in keys.iter().enumerate() {
+            if taken.len() == need {
+                break;
+            }
+            let version = new_version();
+            let upsert = query(statement)
+                .bind(*key)
+                .bind(version)
+                .bind(req.owner.to_bytes().to_vec())
+                .bind(FENCING_FLOOR_KEY)
+                .bind(lease_millis(req.lease))
+                .bind(host)
+                .bind(pid)
+                .bind(note)
+                .bind(req.reentrant);
+            let row = if self.returning {
+                upsert.fetch_optional(&mut *tx).await
+            } else {
+                match upsert.execute(&mut *tx).await {
+                    Ok(_) => {
+                        query(&self.sql.acquired)
+                            .bind(*key)
+                            .fetch_optional(&mut *tx)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            };
+            let row = match row {
+                Ok(Some(row)) => row,
+                Ok(None) => return tx.rollback().await.map(|()| None),
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("40001") => {
+                    return tx.rollback().await.map(|()| None);
+                }
+                Err(e) => return Err(e),
+            };
+            let won = match row.try_get::<i64, _>(0) {
+                Ok(v) => v == version,
+                Err(e) => return Ok(Some(Err(corrupt(key, e)))),
+            };
+            match crate::row::acquire_outcome(key, &row, won) {
+                Ok(grant) if won => taken.push((index, grant)),
+                Ok(held) => {
+                    busy.push((index, held));
+                    if need == keys.len() {
+                        break; // a multi-lock: the first held key is the answer
+                    }
+                }
+                Err(e) => return Ok(Some(Err(e))),
+            }
+        }
+        if taken.len() < need {
+            tx.rollback().await?;
+            return Ok(Some(Ok(AcquireAnyOutcome::Busy(busy))));
+        }
+        match tx.commit().await {
+            Ok(()) => Ok(Some(Ok(AcquireAnyOutcome::Acquired { taken, gate: 0 }))),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("40001") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Self::attempt_in_transaction`] on a connection of the pool, again after a deadlock or
+    /// a sweep (up to 8 times; then `None`: the caller takes the keys one by one).
+    async fn attempt(
+        &self,
+        keys: &[&str],
+        need: usize,
+        req: &AcquireRequest,
+    ) -> Result<Option<AcquireAnyOutcome>, StorageError> {
+        for _ in 0..8 {
+            let mut c = self.conns.get().await.map_err(err("acquire"))?;
+            let outcome = self.attempt_in_transaction(c.conn(), keys, need, req).await;
+            c.keep_if(&outcome);
+            if let Some(outcome) = outcome.map_err(err("acquire"))? {
+                return outcome.map(Some);
+            }
+        }
+        Ok(None)
+    }
+
     /// Connects to `url` with default settings.
     pub async fn connect(url: &str) -> Result<Self, StorageError> {
         MysqlStorageBuilder::new().url(url).open().await
@@ -541,6 +643,62 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
             let won = r.try_get::<i64, _>(0).map_err(|e| corrupt(key, e))? == version;
             return crate::row::acquire_outcome(key, &r, won);
         }
+    }
+
+    /// Every key in one transaction, the rows locked in key order (bytewise, whatever order
+    /// the caller gave, so two calls cannot deadlock each other on shared keys): written
+    /// together or not at all. Keys still contended after 8 deadlocks go one by one.
+    async fn acquire_many(
+        &self,
+        keys: &[&str],
+        req: &AcquireRequest,
+    ) -> Result<AcquireManyOutcome, StorageError> {
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_by_key(|&i| keys[i].as_bytes());
+        let sorted: Vec<&str> = order.iter().map(|&i| keys[i]).collect();
+        match self.attempt(&sorted, sorted.len(), req).await? {
+            Some(AcquireAnyOutcome::Acquired { taken, .. }) => {
+                let mut grants: Vec<Option<AcquireOutcome>> = vec![None; keys.len()];
+                for (at, grant) in taken {
+                    grants[order[at]] = Some(grant);
+                }
+                grants
+                    .into_iter()
+                    .map(|g| g.ok_or_else(|| corrupt(&keys.join(", "), "a key without a grant")))
+                    .collect::<Result<_, _>>()
+                    .map(AcquireManyOutcome::Acquired)
+            }
+            Some(AcquireAnyOutcome::Busy(busy)) => match busy.into_iter().next() {
+                Some((at, outcome)) => Ok(AcquireManyOutcome::Busy {
+                    index: order[at],
+                    outcome,
+                }),
+                None => Err(corrupt(&keys.join(", "), "refused with no key held")),
+            },
+            Some(AcquireAnyOutcome::GateHeld) => {
+                Err(corrupt(&keys.join(", "), "a gate nobody gave"))
+            }
+            None => storage_lock_core::storage::acquire_each(self, keys, req).await,
+        }
+    }
+
+    /// Every key in one transaction (the first `need` free ones taken, or none). With a gate,
+    /// the default: in a transaction the slot's write stays invisible until the commit, so a
+    /// writer that takes the gate after the read of it could miss the slot; the default
+    /// commits the slot before it reads the gate.
+    async fn acquire_any(
+        &self,
+        keys: &[&str],
+        need: usize,
+        gate: Option<&str>,
+        req: &AcquireRequest,
+    ) -> Result<AcquireAnyOutcome, StorageError> {
+        if gate.is_none()
+            && let Some(outcome) = self.attempt(keys, need, req).await?
+        {
+            return Ok(outcome);
+        }
+        storage_lock_core::storage::acquire_first_free(self, keys, need, gate, req).await
     }
 
     async fn renew(

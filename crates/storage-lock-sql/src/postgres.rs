@@ -329,8 +329,6 @@ struct Statements {
     acquire_reentrant: String,
     acquire_many: String,
     acquire_any: String,
-    acquire_any_gated: String,
-    gate_tombstone: String,
     held_of_any: String,
     busy_of_many: String,
     mark: String,
@@ -424,48 +422,31 @@ impl Statements {
         );
         let divide_unless_all = " THEN 1 ELSE n.n - n.n END)";
         // $1 keys (text[], distinct, in the caller's order), $2…$8 as `acquire`, $9 how many
-        // to take; gated: $10 the gate's key. The first $9 keys free in the statement's
-        // snapshot (`cand`) are written as `acquire_many` writes its keys, only if there are
-        // that many; a candidate taken after the snapshot makes fewer rows come back, and the
-        // division fails the statement (SQLSTATE 22012, every row undone): `acquire_any` runs
-        // it again on a fresh snapshot. No row back: fewer than $9 keys were free, or the gate
-        // is held or has no row; `held_of_any` and `get` then say which.
-        // The gate's row is read `FOR SHARE` (`g`, materialized: read once, before any slot is
-        // written, since `cand` depends on it): a locking read at READ COMMITTED sees the
-        // newest committed version, and a writer's acquisition of the gate (an UPDATE of that
-        // row) waits until this statement commits, so the writer's later look at the slots
-        // sees the slot taken here. A gate with no row cannot be locked: the statement then
-        // takes nothing, and `acquire_any` writes the gate's tombstone (`gate_tombstone`) and
-        // runs it again. The answer's last column is the gate's token.
-        let any = |gated: bool| {
-            let (gate, passes, token) = if gated {
-                (
-                    format!(
-                        "g AS MATERIALIZED (SELECT count, fencing FROM {t} WHERE lock_key = $10 FOR SHARE), "
-                    ),
-                    "EXISTS (SELECT 1 FROM g WHERE count = 0) AND ",
-                    ", (SELECT fencing FROM g)",
-                )
-            } else {
-                (String::new(), "", ", 0::bigint")
-            };
-            format!(
-                "WITH {gate}cand AS (
-                    SELECT r.k FROM unnest($1::text[]) WITH ORDINALITY AS r(k, i)
-                     WHERE {passes}NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = r.k
-                                          AND count > 0 AND expires_at > {NOW})
-                     ORDER BY r.i LIMIT $9
-                 ), taken AS (
-                    INSERT INTO {t} AS cur ({COLUMNS})
-                    SELECT c.k, {fresh_row}
-                      FROM cand c
-                     WHERE (SELECT count(*) FROM cand) = $9
-                     ORDER BY c.k COLLATE \"C\"
-                    {take_free_rows}
-                 ), n AS (SELECT count(*) AS n FROM taken)
-                 {grants_of_taken}$9{divide_unless_all}{token} FROM taken, n"
-            )
-        };
+        // to take. The first $9 keys free in the statement's snapshot (`cand`) are written as
+        // `acquire_many` writes its keys, only if there are that many; a candidate taken after
+        // the snapshot makes fewer rows come back, and the division fails the statement
+        // (SQLSTATE 22012, every row undone): `acquire_any` runs it again on a fresh snapshot.
+        // No row back: fewer than $9 keys were free; `held_of_any` then says which.
+        // (No gated form: a gate read in the statement would have to be a locking read, to see
+        // a writer's acquisition committed after the snapshot, and a row kept share-locked by
+        // a stream of readers lets them starve the writer's acquisition, which needs it
+        // exclusively. A gated call takes the default: the slot, then a read of the gate.)
+        let acquire_any = format!(
+            "WITH cand AS (
+                SELECT r.k FROM unnest($1::text[]) WITH ORDINALITY AS r(k, i)
+                 WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = r.k
+                                      AND count > 0 AND expires_at > {NOW})
+                 ORDER BY r.i LIMIT $9
+             ), taken AS (
+                INSERT INTO {t} AS cur ({COLUMNS})
+                SELECT c.k, {fresh_row}
+                  FROM cand c
+                 WHERE (SELECT count(*) FROM cand) = $9
+                 ORDER BY c.k COLLATE \"C\"
+                {take_free_rows}
+             ), n AS (SELECT count(*) AS n FROM taken)
+             {grants_of_taken}$9{divide_unless_all} FROM taken, n"
+        );
         let mut ddl = Vec::new();
         if let Some(s) = schema {
             ddl.push(format!("CREATE SCHEMA IF NOT EXISTS {s}"));
@@ -574,18 +555,7 @@ impl Statements {
                  ), n AS (SELECT count(*) AS n FROM taken)
                  {grants_of_taken}cardinality($1::text[]){divide_unless_all} FROM taken, n"
             ),
-            acquire_any: any(false),
-            acquire_any_gated: any(true),
-            // $1 the gate's key, $2 a new version: a free record (count 0, expired now) whose
-            // token is the fencing floor's, read `FOR SHARE` as `acquire` reads it, so that the
-            // gate's next holder gets the token a fresh key would (one above the floor).
-            gate_tombstone: format!(
-                "INSERT INTO {t} ({COLUMNS})
-                 SELECT $1, $2, '\\x00000000000000000000000000000000'::bytea, 0,
-                        COALESCE((SELECT fencing FROM {t} WHERE lock_key = $3 FOR SHARE), 0),
-                        {NOW}, {NOW}, NULL, NULL, NULL
-                 ON CONFLICT (lock_key) DO NOTHING"
-            ),
+            acquire_any,
             // $1 keys (text[]). Every one held: its 1-based position, expiry and the clock. Not
             // marked (`mark` is for the key a waiter then waits on).
             held_of_any: format!(
@@ -985,10 +955,9 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
     }
 
     /// One statement, on the server clock (see `Statements::acquire_any`): the first `need`
-    /// free keys taken while the gate, if any, has no holder, or none; when none come back, a
-    /// second statement says why (the gate read, or the held keys listed). A reentrant
-    /// request, and a call whose keys keep changing under it, take the keys one by one
-    /// ([`storage_lock_core::storage::acquire_first_free`]).
+    /// free keys taken, or none; when fewer are free, a second statement lists the held ones.
+    /// A gate, a reentrant request, and a call whose keys keep changing under it, take the
+    /// keys one by one ([`storage_lock_core::storage::acquire_first_free`]).
     async fn acquire_any(
         &self,
         keys: &[&str],
@@ -997,39 +966,31 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         req: &AcquireRequest,
     ) -> Result<AcquireAnyOutcome, StorageError> {
         let asked = match i64::try_from(need) {
-            Ok(asked) if !req.reentrant && need > 0 && need <= keys.len() => asked,
+            Ok(asked) if !req.reentrant && gate.is_none() && need > 0 && need <= keys.len() => {
+                asked
+            }
             _ => {
                 return storage_lock_core::storage::acquire_first_free(self, keys, need, gate, req)
                     .await;
             }
         };
-        let statement = match gate {
-            Some(_) => &self.sql.acquire_any_gated,
-            None => &self.sql.acquire_any,
-        };
         for _ in 0..SWEPT_RETRIES {
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
-            let mut q = bind_request(query(statement).bind(keys), req).bind(asked);
-            if let Some(gate) = gate {
-                q = q.bind(gate);
-            }
-            let rows = q.fetch_all(c.conn()).await;
+            let rows = bind_request(query(&self.sql.acquire_any).bind(keys), req)
+                .bind(asked)
+                .fetch_all(c.conn())
+                .await;
             c.keep_if(&rows);
             match rows {
                 Ok(rows) if !rows.is_empty() => {
-                    let gate: i64 = rows[0].try_get(6).map_err(err("acquire"))?;
                     let taken: Vec<(usize, AcquireOutcome)> = grants_by_key(keys, &rows)?
                         .into_iter()
                         .enumerate()
                         .filter_map(|(i, g)| g.map(|g| (i, g)))
                         .collect();
-                    let gate = u64::try_from(gate).map_err(|e| StorageError::Corrupt {
-                        key: keys.join(", "),
-                        reason: format!("the gate's token: {e}"),
-                    })?;
-                    return Ok(AcquireAnyOutcome::Acquired { taken, gate });
+                    return Ok(AcquireAnyOutcome::Acquired { taken, gate: 0 });
                 }
-                Ok(_) => {} // the gate held or missing, or fewer than `need` free
+                Ok(_) => {} // fewer than `need` were free in the snapshot
                 // A candidate was taken after the snapshot, or swept: nothing was written.
                 Err(sqlx::Error::Database(e))
                     if matches!(
@@ -1041,32 +1002,13 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
                 }
                 Err(e) => return Err(grant_error(keys, e)),
             }
-            if let Some(gate) = gate {
-                match storage_lock_core::Storage::get(self, gate).await? {
-                    Some(g) if g.record.count > 0 => return Ok(AcquireAnyOutcome::GateHeld),
-                    Some(_) => {}
-                    None => {
-                        // A gate without a row cannot be locked: give it one, and try again.
-                        let mut c = self.conns.get().await.map_err(err("acquire"))?;
-                        let done = query(&self.sql.gate_tombstone)
-                            .bind(gate)
-                            .bind(crate::row::new_version())
-                            .bind(FENCING_FLOOR_KEY)
-                            .execute(c.conn())
-                            .await;
-                        c.keep_if(&done);
-                        done.map_err(err("acquire"))?;
-                        continue;
-                    }
-                }
-            }
             let held = self.held_of_any(keys).await?;
             // Enough keys freed since the first statement: try again.
             if keys.len() - held.len() < need {
                 return Ok(AcquireAnyOutcome::Busy(held));
             }
         }
-        storage_lock_core::storage::acquire_first_free(self, keys, need, gate, req).await
+        storage_lock_core::storage::acquire_first_free(self, keys, need, None, req).await
     }
 
     async fn renew(

@@ -47,9 +47,9 @@ use sqlx::{Row, query};
 use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
 use storage_lock_core::storage::url::{DriverUrl, allow_volatile, percent_decode};
 use storage_lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeWait, Clock, Durability, OwnerId,
-    ReleaseOutcome, RenewOutcome, RenewRequest, StorageError, SystemClock, TimeSource, Timestamp,
-    boot_time,
+    AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities,
+    ChangeWait, Clock, Durability, OwnerId, ReleaseOutcome, RenewOutcome, RenewRequest,
+    StorageError, SystemClock, TimeSource, Timestamp, boot_time,
 };
 
 use crate::conns::{Conns, Setup};
@@ -402,6 +402,136 @@ fn is_busy(e: &sqlx::Error) -> bool {
 }
 
 impl SqliteStorage {
+    /// The `acquire` statement for `key`, bound (`holder`: [`holder_params`] of the request).
+    fn take<'q>(
+        &'q self,
+        key: &'q str,
+        req: &AcquireRequest,
+        now: Timestamp,
+        holder: (Option<&'q str>, Option<i64>, Option<&'q str>),
+    ) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+        let (host, pid, note) = holder;
+        query(&self.sql.acquire)
+            .bind(key)
+            .bind(req.owner.to_bytes().to_vec())
+            .bind(millis(now))
+            .bind(millis(now).saturating_add(lease_millis(req.lease)))
+            .bind(host)
+            .bind(pid)
+            .bind(note)
+            .bind(req.reentrant)
+            .bind(FENCING_FLOOR_KEY)
+    }
+
+    /// One attempt at several keys in one `BEGIN IMMEDIATE` transaction (the database's write
+    /// lock, so the keys are decided on one state and nobody sees part of them taken): `need`
+    /// of them (the first free ones in order; `need` = every key for a multi-lock), while the
+    /// gate, if any, has no holder. Committed only if the attempt succeeds; rolled back
+    /// otherwise.
+    async fn attempt_in_transaction(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        keys: &[&str],
+        need: usize,
+        gate: Option<&str>,
+        req: &AcquireRequest,
+    ) -> Result<Result<AcquireAnyOutcome, StorageError>, sqlx::Error> {
+        use sqlx::Connection as _;
+        let now = self.clock.now();
+        let holder = holder_params(req.holder.as_deref());
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+        let record = |key: &str, row: Option<sqlx::sqlite::SqliteRow>| {
+            row.map(|r| crate::row::decode(key, &r)).transpose()
+        };
+        let mut gate_token = 0;
+        if let Some(gate) = gate {
+            let row = query(&self.sql.get)
+                .bind(gate)
+                .fetch_optional(&mut *tx)
+                .await?;
+            match record(gate, row) {
+                Ok(Some(g)) if g.record.count > 0 => {
+                    tx.rollback().await?;
+                    return Ok(Ok(AcquireAnyOutcome::GateHeld));
+                }
+                Ok(Some(g)) => gate_token = g.record.fencing,
+                // No record (never held, or swept): the floor, at least any token it had.
+                Ok(None) => {
+                    let row = query(&self.sql.get)
+                        .bind(FENCING_FLOOR_KEY)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    match record(FENCING_FLOOR_KEY, row) {
+                        Ok(floor) => gate_token = floor.map_or(0, |f| f.record.fencing),
+                        Err(e) => return Ok(Err(e)),
+                    }
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        let (mut taken, mut busy) = (Vec::with_capacity(need), Vec::new());
+        for (index, key) in keys.iter().enumerate() {
+            if taken.len() == need {
+                break;
+            }
+            if let Some(r) = self
+                .take(key, req, now, holder)
+                .fetch_optional(&mut *tx)
+                .await?
+            {
+                match grant_of(key, &r) {
+                    Ok(grant) => taken.push((index, grant)),
+                    Err(e) => return Ok(Err(e)),
+                }
+                continue;
+            }
+            let row = query(&self.sql.get)
+                .bind(*key)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let holder = match record(key, row) {
+                Ok(stored) => stored.map(|s| s.record),
+                Err(e) => return Ok(Err(e)),
+            };
+            busy.push((
+                index,
+                AcquireOutcome::Busy {
+                    expires_at: holder.as_ref().map_or(now, |h| h.expires_at),
+                    now,
+                    holder: holder.and_then(|h| h.holder),
+                },
+            ));
+            if need == keys.len() {
+                break; // a multi-lock: the first held key is the answer
+            }
+        }
+        if taken.len() < need {
+            tx.rollback().await?;
+            return Ok(Ok(AcquireAnyOutcome::Busy(busy)));
+        }
+        tx.commit().await?;
+        Ok(Ok(AcquireAnyOutcome::Acquired {
+            taken,
+            gate: gate_token,
+        }))
+    }
+
+    /// [`Self::attempt_in_transaction`] on a connection of the pool.
+    async fn attempt(
+        &self,
+        keys: &[&str],
+        need: usize,
+        gate: Option<&str>,
+        req: &AcquireRequest,
+    ) -> Result<AcquireAnyOutcome, StorageError> {
+        let mut c = self.conns.get().await.map_err(err("acquire"))?;
+        let outcome = self
+            .attempt_in_transaction(c.conn(), keys, need, gate, req)
+            .await;
+        c.keep_if(&outcome);
+        outcome.map_err(err("acquire"))?
+    }
+
     /// Opens (creating if needed) the database at `path` with default settings.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StorageError> {
         SqliteStorageBuilder::new().path(path).open().await
@@ -566,27 +696,14 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
             let now = self.clock.now();
             let (host, pid, note) = holder_params(req.holder.as_deref());
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
-            let row = query(&self.sql.acquire)
-                .bind(key)
-                .bind(&req.owner.to_bytes()[..])
-                .bind(millis(now))
-                .bind(millis(now).saturating_add(lease_millis(req.lease)))
-                .bind(host)
-                .bind(pid)
-                .bind(note)
-                .bind(req.reentrant)
-                .bind(FENCING_FLOOR_KEY)
+            let row = self
+                .take(key, req, now, (host, pid, note))
                 .fetch_optional(c.conn())
                 .await;
             c.keep_if(&row);
             let row = row.map_err(err("acquire"))?;
             if let Some(r) = row {
-                let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
-                return Ok(AcquireOutcome::Acquired {
-                    fencing: stored_u64(key, "fencing", int(0)?)?,
-                    count: stored_u32(key, "count", int(1)?)?,
-                    expires_at: Timestamp::from_millis(stored_u64(key, "expires_at", int(2)?)?),
-                });
+                return grant_of(key, &r);
             }
             // Busy: report who holds it. If it was released in between, try again.
             if let Some(holder) = self.get(key).await?
@@ -599,6 +716,36 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
                 });
             }
         }
+    }
+
+    /// Every key in one `BEGIN IMMEDIATE` transaction: decided on one state, written together
+    /// or not at all.
+    async fn acquire_many(
+        &self,
+        keys: &[&str],
+        req: &AcquireRequest,
+    ) -> Result<AcquireManyOutcome, StorageError> {
+        match self.attempt(keys, keys.len(), None, req).await? {
+            AcquireAnyOutcome::Acquired { taken, .. } => Ok(AcquireManyOutcome::Acquired(
+                taken.into_iter().map(|(_, grant)| grant).collect(),
+            )),
+            AcquireAnyOutcome::Busy(busy) => match busy.into_iter().next() {
+                Some((index, outcome)) => Ok(AcquireManyOutcome::Busy { index, outcome }),
+                None => Err(corrupt(&keys.join(", "), "refused with no key held")),
+            },
+            AcquireAnyOutcome::GateHeld => Err(corrupt(&keys.join(", "), "a gate nobody gave")),
+        }
+    }
+
+    /// The gate and every key in one `BEGIN IMMEDIATE` transaction.
+    async fn acquire_any(
+        &self,
+        keys: &[&str],
+        need: usize,
+        gate: Option<&str>,
+        req: &AcquireRequest,
+    ) -> Result<AcquireAnyOutcome, StorageError> {
+        self.attempt(keys, need, gate, req).await
     }
 
     async fn renew(
@@ -665,3 +812,13 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
         Ok(outcome)
     }
 }}
+
+/// The grant of an `acquire` row (fencing, count, expiry).
+fn grant_of(key: &str, r: &sqlx::sqlite::SqliteRow) -> Result<AcquireOutcome, StorageError> {
+    let int = |i: usize| r.try_get::<i64, _>(i).map_err(|e| corrupt(key, e));
+    Ok(AcquireOutcome::Acquired {
+        fencing: stored_u64(key, "fencing", int(0)?)?,
+        count: stored_u32(key, "count", int(1)?)?,
+        expires_at: Timestamp::from_millis(stored_u64(key, "expires_at", int(2)?)?),
+    })
+}

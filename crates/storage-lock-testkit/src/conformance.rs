@@ -432,8 +432,8 @@ pub async fn acquire_any_takes_the_first_free_keys_or_none<S: Storage>(s: S) {
 
 /// [`Storage::acquire_any`] with a gate takes keys only while the gate has no holder: a gate
 /// never held lets them be taken (with a token below its first holder's), a held gate's answer
-/// is `GateHeld` with nothing taken, and once the gate is released the keys are taken with
-/// the released hold's token.
+/// is `GateHeld` with nothing taken, once the gate is released the keys are taken with the
+/// released hold's token, and after a sweep deleted the gate's record with a token no lower.
 pub async fn acquire_any_with_a_gate_takes_nothing_while_the_gate_is_held<S: Storage>(s: S) {
     use storage_lock_core::AcquireAnyOutcome;
     let p = unique_prefix("acquire_any_gate");
@@ -486,6 +486,27 @@ pub async fn acquire_any_with_a_gate_takes_nothing_while_the_gate_is_held<S: Sto
             assert_eq!(gate, token, "the released gate's token");
             assert_eq!(taken.len(), 2, "{taken:?}");
         }
+        other => panic!("the gate is free: {other:?}"),
+    }
+    // A sweep deletes the released gate's record: a gate without a record passes with the
+    // floor, never below the token of its last holder.
+    if !s.capabilities().conditional_delete {
+        return;
+    }
+    for key in keys {
+        s.release(key, y).await.unwrap();
+    }
+    s.sweep(&p, Duration::ZERO).await.unwrap();
+    assert!(s.get(&gate).await.unwrap().is_none(), "the sweep took it");
+    let swept = s
+        .acquire_any(&keys, 1, Some(&gate), &request(y, lease, false))
+        .await
+        .unwrap();
+    match swept {
+        AcquireAnyOutcome::Acquired { gate, .. } => assert!(
+            gate >= token,
+            "a swept gate passed with {gate}, below its last holder's {token}"
+        ),
         other => panic!("the gate is free: {other:?}"),
     }
 }

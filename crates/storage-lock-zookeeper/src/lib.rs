@@ -341,7 +341,13 @@ impl NotificationSource for WatchSource {
 
     async fn next(&self, (_, watcher): &mut Self::Connection) -> SourceEvent {
         loop {
-            let event = watcher.changed().await;
+            // zookeeper-client 0.11 unwraps its event channel, which closes when the session
+            // under the watcher ends: a panic here would end the notification hub for good.
+            // Caught, it is what it means: the connection is gone (the hub opens a new one).
+            let changed = std::panic::AssertUnwindSafe(watcher.changed());
+            let Ok(event) = futures_util::FutureExt::catch_unwind(changed).await else {
+                return SourceEvent::Disconnected;
+            };
             match event.event_type {
                 zk::EventType::Session => {
                     return match event.session_state {

@@ -21,8 +21,9 @@
 //! baseline alternate for a few rounds and the row shows the median round; Redis also prints
 //! the CPU a cycle costs on the server and in this process. `STORAGE_LOCK_BENCH=kinds` instead
 //! measures a semaphore permit's and an RW lock read's cycle against the exclusive lock's, and
-//! a multi-lock of three names against the three taken one by one, on PostgreSQL, Redis and
-//! etcd (`kinds-postgres`, `kinds-redis`, `kinds-etcd`: one of them). Prints Markdown rows
+//! a multi-lock of three names against the three taken one by one, on PostgreSQL, Redis,
+//! etcd, MySQL and SQLite (`kinds-postgres`, `kinds-redis`, `kinds-etcd`, `kinds-mysql`,
+//! `kinds-sqlite`: one of them). Prints Markdown rows
 //! for BENCHMARKS.md.
 
 mod common;
@@ -693,7 +694,7 @@ fn main() {
         rt.block_on(redis_cluster_bench(&var("STORAGE_LOCK_REDIS_CLUSTER_URL")));
     }
     // Not in the default run: STORAGE_LOCK_BENCH=kinds (kinds-postgres, kinds-redis,
-    // kinds-etcd: one backend's rows).
+    // kinds-etcd, kinds-mysql, kinds-sqlite: one backend's rows).
     let kinds = |backend: &str| {
         only.as_deref() == Some("kinds") || only.as_deref() == Some(&format!("kinds-{backend}"))
     };
@@ -705,6 +706,21 @@ fn main() {
     }
     if kinds("etcd") {
         rt.block_on(kinds_bench("etcd", &var("STORAGE_LOCK_ETCD_URL")));
+    }
+    if kinds("mysql") {
+        rt.block_on(kinds_bench("MySQL", &var("STORAGE_LOCK_MYSQL_URL")));
+    }
+    if kinds("sqlite") {
+        let file =
+            std::env::temp_dir().join(format!("storage-lock-bench-{}.db", std::process::id()));
+        rt.block_on(kinds_bench(
+            "SQLite",
+            &format!("sqlite://{}", file.display()),
+        ));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+        }
+        let _ = std::fs::remove_dir_all(format!("{}-wake", file.display()));
     }
     if wanted("etcd") {
         rt.block_on(etcd_bench(&var("STORAGE_LOCK_ETCD_URL")));
@@ -757,13 +773,10 @@ async fn kinds_bench(backend: &str, url: &str) {
     let locks = connect(&format!("{url}{sep}{option}")).await.unwrap();
     let tag = std::process::id();
     let opts = AcquireOptions::default();
-    for clients in [1, 16] {
-        let semaphores: Arc<Vec<_>> = Arc::new(
-            (0..clients)
-                .map(|c| Semaphore::new(&locks, &format!("bench-sem-{tag}-{c}"), 16).unwrap())
-                .collect(),
-        );
-        let sem_op = || {
+    // One permit taken and given back, client `c` on semaphore `c`.
+    let sem_cycle = |semaphores: Arc<Vec<Semaphore>>| {
+        let opts = opts.clone();
+        move || {
             let (semaphores, opts) = (semaphores.clone(), opts.clone());
             move |c: usize| {
                 let (semaphores, opts) = (semaphores.clone(), opts.clone());
@@ -772,9 +785,16 @@ async fn kinds_bench(backend: &str, url: &str) {
                     permit.release().await.unwrap();
                 }
             }
-        };
+        }
+    };
+    for clients in [1, 16] {
+        let semaphores: Arc<Vec<_>> = Arc::new(
+            (0..clients)
+                .map(|c| Semaphore::new(&locks, &format!("bench-sem-{tag}-{c}"), 16).unwrap())
+                .collect(),
+        );
         let (each, sem, exclusive) =
-            alternating(clients, sem_op, || engine_op(locks.clone())).await;
+            alternating(clients, sem_cycle(semaphores), || engine_op(locks.clone())).await;
         let name = format!("exclusive lock, {}", rounds_note(&each));
         row(
             backend,
@@ -783,6 +803,33 @@ async fn kinds_bench(backend: &str, url: &str) {
             &format!("semaphore vs {name}"),
             &exclusive,
         );
+
+        // The same with 15 of the 16 permits out (held by the bench): the attempt must find the
+        // one free slot (one `acquire_any` call where the backend overrides it).
+        let full: Arc<Vec<_>> = Arc::new(
+            (0..clients)
+                .map(|c| Semaphore::new(&locks, &format!("bench-full-{tag}-{c}"), 16).unwrap())
+                .collect(),
+        );
+        let mut out = Vec::new();
+        for semaphore in full.iter() {
+            for _ in 0..15 {
+                out.push(semaphore.acquire(&opts).await.unwrap().expect("free"));
+            }
+        }
+        let (each, last, exclusive) =
+            alternating(clients, sem_cycle(full), || engine_op(locks.clone())).await;
+        let name = format!("exclusive lock, {}", rounds_note(&each));
+        row(
+            backend,
+            clients,
+            &last,
+            &format!("semaphore, 15 of 16 permits out, vs {name}"),
+            &exclusive,
+        );
+        for permit in out {
+            permit.release().await.unwrap();
+        }
 
         let rws: Arc<Vec<_>> = Arc::new(
             (0..clients)

@@ -45,8 +45,10 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 let outcome = storage.as_ref().acquire_many(&keys, &asked).await;
                 (outcome, storage, held_keys, asked.owner)
             },
+            // Dropped before the answer was taken in: grants are given back, and after a
+            // failed request every key (it may have been applied; the owner is this call's).
             |(outcome, storage, keys, owner)| async move {
-                if let Ok(AcquireManyOutcome::Acquired(_)) = outcome {
+                if matches!(outcome, Ok(AcquireManyOutcome::Acquired(_)) | Err(_)) {
                     release_keys(storage.as_ref(), &keys, owner).await;
                 }
             },
@@ -296,13 +298,18 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                     .await;
                 (outcome, storage, asked_keys, asked.owner)
             },
+            // As in `acquire_many_handles`: grants given back, every key after a failure.
             |(outcome, storage, keys, owner)| async move {
-                if let Ok(AcquireAnyOutcome::Acquired { taken, .. }) = outcome {
-                    let taken: Vec<SmallKey> = taken
-                        .iter()
-                        .filter_map(|&(i, _)| keys.get(i).cloned())
-                        .collect();
-                    release_keys(storage.as_ref(), &taken, owner).await;
+                match outcome {
+                    Ok(AcquireAnyOutcome::Acquired { taken, .. }) => {
+                        let taken: Vec<SmallKey> = taken
+                            .iter()
+                            .filter_map(|&(i, _)| keys.get(i).cloned())
+                            .collect();
+                        release_keys(storage.as_ref(), &taken, owner).await;
+                    }
+                    Err(_) => release_keys(storage.as_ref(), &keys, owner).await,
+                    Ok(_) => {}
                 }
             },
         )
@@ -395,7 +402,8 @@ pub(crate) enum AnyRefused {
 }
 
 /// `outcome`, if its positions are within `keys`, distinct and ascending, a grant names `need`
-/// of them, and a held gate was asked about; a broken answer is a failed request.
+/// of them, a busy answer leaves fewer than `need` free (else a semaphore would try again at
+/// once, forever), and a held gate was asked about; a broken answer is a failed request.
 fn checked_positions(
     keys: &[SmallKey],
     need: usize,
@@ -412,7 +420,7 @@ fn checked_positions(
     let counted = match outcome {
         AcquireAnyOutcome::Acquired { .. } => positions.len() == need,
         AcquireAnyOutcome::GateHeld => gated,
-        AcquireAnyOutcome::Busy(_) => true,
+        AcquireAnyOutcome::Busy(_) => keys.len().saturating_sub(positions.len()) < need,
     };
     if ascending && within && counted {
         return Ok(outcome);

@@ -50,7 +50,7 @@
 //!   holds a place in the queue with it; it waits for the waiter just ahead of it, and for the
 //!   lock only when none is ahead (see [`FairLock`]). A dead waiter's place lapses with its
 //!   lease (the old queues waited a fixed time per dead waiter).
-//! * **k permits at once are all or nothing**, taken as a multi-lock over k free slots.
+//! * **k permits at once are all or nothing**: one attempt takes k free slots or none.
 //! * **One leader per term.** An election's seat is one exclusive lock; the leader's value
 //!   rides in its holder note and its term is its fencing token, so terms rise and a deposed
 //!   leader's writes are fenced off. Observers read the seat and report it in term order,
@@ -58,13 +58,18 @@
 //!
 //! # Cost
 //! A multi-lock's attempt at k names is one [`crate::Storage::acquire_many`] call: one round
-//! trip on a storage that overrides it (memory, Redis, PostgreSQL), one write after reading
+//! trip on a storage that overrides it (memory, Redis, PostgreSQL; one transaction on SQLite
+//! and MySQL), one write after reading
 //! the names it does not know on one whose primitives write several keys at once
 //! ([`crate::Primitives::write_all`]: etcd, ZooKeeper, DynamoDB), k acquisitions on the
-//! others. A semaphore's acquisition tries slots in a random order until
-//! one is free: one round trip while fewer than half the permits are out, at most N when all
-//! are; it waits for releases on at most [`WATCHED_SLOTS`] slots at once (the ones the storage
-//! said end soonest) and looks at all slots again at least every [`RESCAN`].
+//! others. A semaphore's attempt is one [`crate::Storage::acquire_any`] call over its slots
+//! from a random one on: one round trip on a storage that overrides it (memory, Redis,
+//! PostgreSQL; one transaction on SQLite and MySQL) however many permits are out, one request
+//! per slot looked at on the others.
+//! When every slot is out it waits for releases on at most [`WATCHED_SLOTS`] slots at once
+//! (the ones the storage said end soonest) and looks at all slots again at least every
+//! [`RESCAN`]. An RW lock's read is the same call with the gate: one round trip on memory and
+//! Redis, one transaction on SQLite; elsewhere the slot as above, then a read of the gate.
 
 use tokio::time::Instant;
 

@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use crate::contract::{AcquireOptions, LockError, Wait};
 use crate::engine::StorageLock;
 use crate::hold::LockHandle;
-use crate::storage::Storage;
+use crate::storage::{Storage, StorageExt};
 
 use super::fair::FairLock;
 use super::semaphore::{Permit, Refused, Semaphore, slot_name};
@@ -55,8 +55,9 @@ pub fn order_name(name: &str) -> String {
 /// * A **reader** takes a slot, then reads the gate: free, and the read begins; held, and it
 ///   gives the slot back, waits for the gate by taking it, takes a slot while it holds the
 ///   gate (without waiting) and lets the gate go. A storage that can do it takes the slot only
-///   if the gate is free, in one request ([`crate::Storage::acquire_any`] with a gate),
-///   reading the gate at the instant it takes the slot; the argument below is the same.
+///   if the gate is free, in one request ([`crate::Storage::acquire_any`] with a gate: memory,
+///   Redis, SQLite), reading the gate at the instant it takes the slot; the argument below is
+///   the same.
 /// * A **writer** takes the gate, then reads the readers' limit record: none, and no reader
 ///   ever came in (a reader writes it before it takes a slot), so the write begins. Otherwise
 ///   it waits until it has seen every reader slot free (one read of each slot, in parallel; a
@@ -71,16 +72,18 @@ pub fn order_name(name: &str) -> String {
 /// # Fencing
 /// A writer's token is its gate hold's token. A reader's token is the gate's token when it
 /// passed it: the last writer's (or, after stepping aside, its own brief hold's; for a gate
-/// never held, 0, or on PostgreSQL the fencing floor, below the first writer's). So every
+/// without a record, never held or swept, the fencing floor, which is at least any token the
+/// gate ever had and below the next writer's). So every
 /// writer's token is strictly greater than every token of a reader before it, and readers of
-/// one read phase share the token of the writer before them: a resource that keeps the highest
+/// one read phase share the token of the writer before them (or the floor, which a sweep may
+/// raise between two of them): a resource that keeps the highest
 /// token it saw rejects a deposed writer, and may accept reads carrying a token at least that
 /// high.
 ///
 /// # Cost
-/// A read is one [`crate::Storage::acquire_any`] call with the gate (one round trip on a
-/// storage that overrides it: memory, Redis, PostgreSQL; two elsewhere, the slot then the
-/// gate) and a
+/// A read is one [`crate::Storage::acquire_any`] call with the gate (one round trip on memory
+/// and Redis, one transaction on SQLite; elsewhere the slot, in one round trip on PostgreSQL,
+/// one transaction on MySQL or one request per slot looked at, then a read of the gate) and a
 /// release one; more when a writer holds or waits, or every slot is taken (the first read of
 /// a name in a process also reads, or writes, the readers' limit). A write is
 /// one acquisition and one read of the readers' limit; once readers have used the name, also
@@ -303,7 +306,18 @@ impl<S: Storage + ?Sized> RwLock<S> {
                         }
                     };
                     match gate {
-                        None => return Ok(Some(ReadGuard { permit, token: 0 })),
+                        // No record (never held, or swept): the floor is at least any token
+                        // the gate ever had.
+                        None => {
+                            let token = match self.locks.storage().fencing_floor().await {
+                                Ok(floor) => floor,
+                                Err(e) => {
+                                    let _ = permit.release().await;
+                                    return Err(e.into());
+                                }
+                            };
+                            return Ok(Some(ReadGuard { permit, token }));
+                        }
                         Some(g) if g.record.count == 0 => {
                             let token = g.record.fencing;
                             return Ok(Some(ReadGuard { permit, token }));

@@ -259,7 +259,8 @@ impl<S: Storage + ?Sized> Semaphore<S> {
     }
 
     /// One permit, without waiting, only while the lock `gate` has no holder, with the gate's
-    /// fencing token (0: never held): a reader-writer lock's read in one request on a storage
+    /// fencing token (the fencing floor when it has no record): a reader-writer lock's read in
+    /// one request on a storage
     /// that overrides [`Storage::acquire_any`]. Checks the limit record first, as
     /// [`Self::acquire`] does.
     ///

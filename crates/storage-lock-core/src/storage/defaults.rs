@@ -502,15 +502,19 @@ pub(super) async fn acquire_any<S: Storage + ?Sized>(
     let Some(gate) = gate else {
         return Ok(AcquireAnyOutcome::Acquired { taken, gate: 0 });
     };
-    match s.get(gate).await {
-        Ok(None) => Ok(AcquireAnyOutcome::Acquired { taken, gate: 0 }),
-        Ok(Some(g)) if g.record.count == 0 => Ok(AcquireAnyOutcome::Acquired {
-            taken,
-            gate: g.record.fencing,
-        }),
-        held => {
+    // A gate without a record (never held, or swept) passes with the fencing floor: at least
+    // the token of any hold it ever had.
+    let passed = match s.get(gate).await {
+        Ok(None) => crate::StorageExt::fencing_floor(s).await.map(Some),
+        Ok(Some(g)) if g.record.count == 0 => Ok(Some(g.record.fencing)),
+        Ok(Some(_)) => Ok(None),
+        Err(e) => Err(e),
+    };
+    match passed {
+        Ok(Some(gate)) => Ok(AcquireAnyOutcome::Acquired { taken, gate }),
+        refused => {
             give_back_taken(s, keys, &taken, req.owner).await;
-            held.map(|_| AcquireAnyOutcome::GateHeld)
+            refused.map(|_| AcquireAnyOutcome::GateHeld)
         }
     }
 }

@@ -129,7 +129,8 @@ pub trait Storage: fmt::Debug + Send + Sync + 'static {
     ///
     /// With a `gate` (a key apart from `keys`: a reader-writer lock's, [`crate::kinds::RwLock`],
     /// whose reader slots are the keys), the keys are taken only while the gate has no holder
-    /// (no record, or a count of 0), and the answer carries the gate's fencing token; a held
+    /// (no record, or a count of 0), and the answer carries the gate's fencing token (the
+    /// fencing floor when it has no record: a sweep may have deleted it); a held
     /// gate is [`AcquireAnyOutcome::GateHeld`] with nothing taken. The gate must be read
     /// *after* the keys are taken, or at one instant with their taking: a writer takes the gate
     /// first and then looks at the slots, so one of the two sees the other.

@@ -81,9 +81,8 @@ pub enum AcquireAnyOutcome {
     Acquired {
         /// `(position in the keys given, grant)` for each key taken, by position.
         taken: Vec<(usize, AcquireOutcome)>,
-        /// The gate's fencing token when a gate was given (0 for no record; a storage may
-        /// keep a free record for a gate never held, whose token is then below its first
-        /// holder's); else 0.
+        /// The gate's fencing token when a gate was given (the fencing floor when it has no
+        /// record: at least any token it ever had); else 0.
         gate: u64,
     },
     /// Fewer than `need` keys were free; the owner holds none of them. The keys found held
