@@ -296,16 +296,7 @@ impl MysqlStorage {
                 break;
             }
             let version = new_version();
-            let upsert = query(statement)
-                .bind(*key)
-                .bind(version)
-                .bind(req.owner.to_bytes().to_vec())
-                .bind(FENCING_FLOOR_KEY)
-                .bind(lease_millis(req.lease))
-                .bind(host)
-                .bind(pid)
-                .bind(note)
-                .bind(req.reentrant);
+            let upsert = take(statement, key, version, req, (host, pid, note));
             let row = if self.returning {
                 upsert.fetch_optional(&mut *tx).await
             } else {
@@ -611,16 +602,7 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
             } else {
                 &self.sql.acquire
             };
-            let upsert = query(statement)
-                .bind(key)
-                .bind(version)
-                .bind(req.owner.to_bytes().to_vec())
-                .bind(FENCING_FLOOR_KEY)
-                .bind(lease_millis(req.lease))
-                .bind(host)
-                .bind(pid)
-                .bind(note)
-                .bind(req.reentrant);
+            let upsert = take(statement, key, version, req, (host, pid, note));
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
             let row = if self.returning {
                 upsert.fetch_optional(c.conn()).await
@@ -682,10 +664,11 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
         }
     }
 
-    /// Every key in one transaction (the first `need` free ones taken, or none). With a gate,
-    /// the default: in a transaction the slot's write stays invisible until the commit, so a
-    /// writer that takes the gate after the read of it could miss the slot; the default
-    /// commits the slot before it reads the gate.
+    /// Several keys in one transaction (the first `need` free ones taken, or none). One key,
+    /// and a gate, take the default: one key needs no transaction (each statement commits on
+    /// its own, without a `BEGIN` and a `COMMIT` around it); and in a transaction the slot's
+    /// write stays invisible until the commit, so a writer that takes the gate after the read
+    /// of it could miss the slot, while the default commits the slot before it reads the gate.
     async fn acquire_any(
         &self,
         keys: &[&str],
@@ -694,6 +677,7 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
         req: &AcquireRequest,
     ) -> Result<AcquireAnyOutcome, StorageError> {
         if gate.is_none()
+            && need > 1
             && let Some(outcome) = self.attempt(keys, need, req).await?
         {
             return Ok(outcome);
@@ -818,3 +802,25 @@ crate::primitives::impl_sql_storage! { MysqlStorage {
         })
     }
 }}
+
+/// `statement` (`acquire` or `acquire_returning`) for `key`, bound, writing `version`
+/// (`holder`: [`holder_params`] of the request).
+fn take<'q>(
+    statement: &'q str,
+    key: &'q str,
+    version: i64,
+    req: &AcquireRequest,
+    holder: (Option<&'q str>, Option<i64>, Option<&'q str>),
+) -> sqlx::query::Query<'q, MySql, sqlx::mysql::MySqlArguments> {
+    let (host, pid, note) = holder;
+    query(statement)
+        .bind(key)
+        .bind(version)
+        .bind(req.owner.to_bytes().to_vec())
+        .bind(FENCING_FLOOR_KEY)
+        .bind(lease_millis(req.lease))
+        .bind(host)
+        .bind(pid)
+        .bind(note)
+        .bind(req.reentrant)
+}

@@ -329,6 +329,7 @@ struct Statements {
     acquire_reentrant: String,
     acquire_many: String,
     acquire_any: String,
+    acquire_one_of: String,
     held_of_any: String,
     busy_of_many: String,
     mark: String,
@@ -411,15 +412,15 @@ impl Statements {
                        holder_note = EXCLUDED.holder_note, waiters = false, owner = EXCLUDED.owner
                     WHERE NOT (cur.count > 0 AND cur.expires_at > EXCLUDED.acquired_at)
                     RETURNING lock_key, fencing, count, expires_at";
-        // … and the answer: a row per key written, the whole statement failed (22012) unless
-        // as many were written as the expression that follows says.
-        let grants_of_taken = format!(
+        // … and the answer: a row per key written (`grant`), the whole statement failed
+        // (22012) unless as many were written as the expression that follows says.
+        let grant = format!(
             "SELECT true,
                     CASE WHEN fencing <> {SWEPT} THEN fencing
                          ELSE ('storage-lock: the record was swept meanwhile; retry ' || fencing)::bigint END,
-                    count, expires_at, lock_key,
-                    1 / (CASE WHEN n.n = "
+                    count, expires_at, lock_key"
         );
+        let grants_of_taken = format!("{grant}, 1 / (CASE WHEN n.n = ");
         let divide_unless_all = " THEN 1 ELSE n.n - n.n END)";
         // $1 keys (text[], distinct, in the caller's order), $2…$8 as `acquire`, $9 how many
         // to take. The first $9 keys free in the statement's snapshot (`cand`) are written as
@@ -446,6 +447,22 @@ impl Statements {
                 {take_free_rows}
              ), n AS (SELECT count(*) AS n FROM taken)
              {grants_of_taken}$9{divide_unless_all} FROM taken, n"
+        );
+        // `acquire_any` for one key, without the count: one free key of $1 (as `cand` finds
+        // it: the scan stops at the first), written as `acquire_many` writes its keys. No row:
+        // none was free in the snapshot, or the one found was taken after it (its conflict
+        // branch refused it); `held_of_any` then says which.
+        let acquire_one_of = format!(
+            "WITH taken AS (
+                INSERT INTO {t} AS cur ({COLUMNS})
+                SELECT r.k, {fresh_row}
+                  FROM unnest($1::text[]) AS r(k)
+                 WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = r.k
+                                      AND count > 0 AND expires_at > {NOW})
+                 LIMIT 1
+                {take_free_rows}
+             )
+             {grant} FROM taken"
         );
         let mut ddl = Vec::new();
         if let Some(s) = schema {
@@ -556,6 +573,7 @@ impl Statements {
                  {grants_of_taken}cardinality($1::text[]){divide_unless_all} FROM taken, n"
             ),
             acquire_any,
+            acquire_one_of,
             // $1 keys (text[]). Every one held: its 1-based position, expiry and the clock. Not
             // marked (`mark` is for the key a waiter then waits on).
             held_of_any: format!(
@@ -693,15 +711,7 @@ impl PostgresStorage {
         c.keep_if(&rows);
         let mut held = Vec::new();
         for r in rows.map_err(err("acquire"))? {
-            let position: i64 = r.try_get(0).map_err(err("acquire"))?;
-            let index = usize::try_from(position)
-                .ok()
-                .and_then(|p| p.checked_sub(1))
-                .filter(|&i| i < keys.len())
-                .ok_or_else(|| StorageError::Corrupt {
-                    key: keys.join(", "),
-                    reason: format!("a held key at position {position}"),
-                })?;
+            let index = position_in(keys, &r, 0)?;
             let expires_at: i64 = r.try_get(1).map_err(err("acquire"))?;
             let now: i64 = r.try_get(2).map_err(err("acquire"))?;
             held.push((
@@ -715,6 +725,23 @@ impl PostgresStorage {
         }
         Ok(held)
     }
+}
+
+/// The index into `keys` of the 1-based position (`array_position`) in column `column` of `r`.
+fn position_in(
+    keys: &[&str],
+    r: &sqlx::postgres::PgRow,
+    column: usize,
+) -> Result<usize, StorageError> {
+    let position: i64 = r.try_get(column).map_err(err("acquire"))?;
+    usize::try_from(position)
+        .ok()
+        .and_then(|p| p.checked_sub(1))
+        .filter(|&i| i < keys.len())
+        .ok_or_else(|| StorageError::Corrupt {
+            key: keys.join(", "),
+            reason: format!("a held key at position {position}"),
+        })
 }
 
 /// The grants of an `acquire_many` statement's rows, in the order of `keys`.
@@ -938,15 +965,7 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
             c.keep_if(&row);
             // No row: every key is free again; try again.
             if let Some(r) = row.map_err(err("acquire"))? {
-                let position: i64 = r.try_get(8).map_err(err("acquire"))?;
-                let index = usize::try_from(position)
-                    .ok()
-                    .and_then(|p| p.checked_sub(1))
-                    .filter(|&i| i < keys.len())
-                    .ok_or_else(|| StorageError::Corrupt {
-                        key: keys.join(", "),
-                        reason: format!("a busy key at position {position}"),
-                    })?;
+                let index = position_in(keys, &r, 8)?;
                 let outcome = crate::row::acquire_outcome(keys[index], &r, false)?;
                 return Ok(AcquireManyOutcome::Busy { index, outcome });
             }
@@ -976,10 +995,13 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         };
         for _ in 0..SWEPT_RETRIES {
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
-            let rows = bind_request(query(&self.sql.acquire_any).bind(keys), req)
-                .bind(asked)
-                .fetch_all(c.conn())
-                .await;
+            let rows = if need == 1 {
+                bind_request(query(&self.sql.acquire_one_of).bind(keys), req)
+            } else {
+                bind_request(query(&self.sql.acquire_any).bind(keys), req).bind(asked)
+            }
+            .fetch_all(c.conn())
+            .await;
             c.keep_if(&rows);
             match rows {
                 Ok(rows) if !rows.is_empty() => {

@@ -485,29 +485,35 @@ impl SqliteStorage {
                 }
                 continue;
             }
-            let row = query(&self.sql.get)
-                .bind(*key)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let holder = match record(key, row) {
-                Ok(stored) => stored.map(|s| s.record),
-                Err(e) => return Ok(Err(e)),
-            };
-            busy.push((
-                index,
-                AcquireOutcome::Busy {
-                    expires_at: holder.as_ref().map_or(now, |h| h.expires_at),
-                    now,
-                    holder: holder.and_then(|h| h.holder),
-                },
-            ));
+            busy.push(index);
             if need == keys.len() {
                 break; // a multi-lock: the first held key is the answer
             }
         }
         if taken.len() < need {
+            // Who holds the busy keys, read only now that the answer is busy.
+            let mut held = Vec::with_capacity(busy.len());
+            for index in busy {
+                let key = keys[index];
+                let row = query(&self.sql.get)
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let holder = match record(key, row) {
+                    Ok(stored) => stored.map(|s| s.record),
+                    Err(e) => return Ok(Err(e)),
+                };
+                held.push((
+                    index,
+                    AcquireOutcome::Busy {
+                        expires_at: holder.as_ref().map_or(now, |h| h.expires_at),
+                        now,
+                        holder: holder.and_then(|h| h.holder),
+                    },
+                ));
+            }
             tx.rollback().await?;
-            return Ok(Ok(AcquireAnyOutcome::Busy(busy)));
+            return Ok(Ok(AcquireAnyOutcome::Busy(held)));
         }
         tx.commit().await?;
         Ok(Ok(AcquireAnyOutcome::Acquired {
@@ -737,7 +743,9 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
         }
     }
 
-    /// The gate and every key in one `BEGIN IMMEDIATE` transaction.
+    /// The gate and the keys in one `BEGIN IMMEDIATE` transaction. One key without a gate
+    /// takes the default (a statement per key looked at, each its own transaction): nothing
+    /// to make atomic, and no `BEGIN` or `COMMIT` to pay.
     async fn acquire_any(
         &self,
         keys: &[&str],
@@ -745,6 +753,10 @@ crate::primitives::impl_sql_storage! { SqliteStorage {
         gate: Option<&str>,
         req: &AcquireRequest,
     ) -> Result<AcquireAnyOutcome, StorageError> {
+        if need == 1 && gate.is_none() {
+            return storage_lock_core::storage::acquire_first_free(self, keys, need, gate, req)
+                .await;
+        }
         self.attempt(keys, need, gate, req).await
     }
 

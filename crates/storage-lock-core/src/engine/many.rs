@@ -73,35 +73,16 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         });
         let failed: LockError = match outcome {
             Ok(AcquireManyOutcome::Busy { index, .. }) => {
-                // As a single attempt that does not wait reports it.
-                let events = &self.shared.events;
-                events.emit(LockEventKind::Contended, &keys[index], None);
-                telemetry::contended();
-                events.emit(LockEventKind::TimedOut, &keys[index], None);
-                telemetry::acquire_finished(
-                    Finish::TimedOut,
-                    BootInstant::now().saturating_duration_since(sent_at),
-                );
+                self.refused(Some(&keys[index]), sent_at);
                 return Ok(Err(index));
             }
             Ok(AcquireManyOutcome::Acquired(outcomes)) => {
-                let granted_at = BootInstant::now();
-                match self.check_grants(&keys, outcomes, options, sent_at, granted_at) {
-                    Ok(granted) => {
-                        return self
-                            .start_holds(&keys, names, req.owner, options, &granted)
-                            .map(Ok);
-                    }
-                    // Granted but refused: released first, then the error reported.
-                    Err(e) => {
-                        let (storage, refused) = (self.storage.clone(), keys.clone());
-                        detached(
-                            async move { release_keys(storage.as_ref(), &refused, req.owner).await },
-                            |()| async {},
-                        )
-                        .await;
-                        e
-                    }
+                match self
+                    .hold_grants(keys.clone(), names, outcomes, req.owner, options, sent_at)
+                    .await
+                {
+                    Ok(handles) => return Ok(Ok(handles)),
+                    Err(e) => e,
                 }
             }
             Err(e) => {
@@ -116,6 +97,48 @@ impl<S: Storage + ?Sized> StorageLock<S> {
             BootInstant::now().saturating_duration_since(sent_at),
         );
         Err(failed)
+    }
+
+    /// An attempt that took nothing, reported as a single attempt that does not wait reports
+    /// it: contended and timed out (on the first busy key, if one is named).
+    fn refused(&self, busy: Option<&SmallKey>, sent_at: BootInstant) {
+        if let Some(key) = busy {
+            let events = &self.shared.events;
+            events.emit(LockEventKind::Contended, key, None);
+            telemetry::contended();
+            events.emit(LockEventKind::TimedOut, key, None);
+        }
+        telemetry::acquire_finished(
+            Finish::TimedOut,
+            BootInstant::now().saturating_duration_since(sent_at),
+        );
+    }
+
+    /// The handles of the grants `outcomes` (one per key of `keys`, named `names`), once
+    /// checked ([`Self::check_grants`]); grants refused by the check are released first, then
+    /// the error reported.
+    async fn hold_grants(
+        &self,
+        keys: Vec<SmallKey>,
+        names: &[&str],
+        outcomes: Vec<AcquireOutcome>,
+        owner: OwnerId,
+        options: &AcquireOptions,
+        sent_at: BootInstant,
+    ) -> Result<Vec<LockHandle>, LockError> {
+        let granted_at = BootInstant::now();
+        match self.check_grants(&keys, outcomes, options, sent_at, granted_at) {
+            Ok(granted) => self.start_holds(&keys, names, owner, options, &granted),
+            Err(e) => {
+                let storage = self.storage.clone();
+                detached(
+                    async move { release_keys(storage.as_ref(), &keys, owner).await },
+                    |()| async {},
+                )
+                .await;
+                Err(e)
+            }
+        }
     }
 
     /// The handles of checked grants (see [`Self::check_grants`]), one per key.
@@ -318,16 +341,7 @@ impl<S: Storage + ?Sized> StorageLock<S> {
         let outcome = outcome.and_then(|o| checked_positions(&keys, need, gated, o));
         let failed: LockError = match outcome {
             Ok(AcquireAnyOutcome::Busy(busy)) => {
-                let events = &self.shared.events;
-                if let Some(&(first, _)) = busy.first() {
-                    events.emit(LockEventKind::Contended, &keys[first], None);
-                    telemetry::contended();
-                    events.emit(LockEventKind::TimedOut, &keys[first], None);
-                }
-                telemetry::acquire_finished(
-                    Finish::TimedOut,
-                    BootInstant::now().saturating_duration_since(sent_at),
-                );
+                self.refused(busy.first().map(|&(i, _)| &keys[i]), sent_at);
                 let left = busy
                     .into_iter()
                     .map(|(i, o)| (i, o.busy_for().unwrap_or_default()))
@@ -335,33 +349,22 @@ impl<S: Storage + ?Sized> StorageLock<S> {
                 return Ok(Err(AnyRefused::Busy(left)));
             }
             Ok(AcquireAnyOutcome::GateHeld) => {
-                telemetry::acquire_finished(
-                    Finish::TimedOut,
-                    BootInstant::now().saturating_duration_since(sent_at),
-                );
+                self.refused(None, sent_at);
                 return Ok(Err(AnyRefused::GateHeld));
             }
             Ok(AcquireAnyOutcome::Acquired { taken, gate }) => {
-                let granted_at = BootInstant::now();
                 let (positions, outcomes): (Vec<usize>, Vec<AcquireOutcome>) =
                     taken.into_iter().unzip();
                 let keys: Vec<SmallKey> = positions.iter().map(|&i| keys[i].clone()).collect();
                 let names: Vec<&str> = positions.iter().map(|&i| names[i]).collect();
-                match self.check_grants(&keys, outcomes, options, sent_at, granted_at) {
-                    Ok(granted) => {
-                        let handles =
-                            self.start_holds(&keys, &names, req.owner, options, &granted)?;
+                match self
+                    .hold_grants(keys, &names, outcomes, req.owner, options, sent_at)
+                    .await
+                {
+                    Ok(handles) => {
                         return Ok(Ok((positions.into_iter().zip(handles).collect(), gate)));
                     }
-                    Err(e) => {
-                        let storage = self.storage.clone();
-                        detached(
-                            async move { release_keys(storage.as_ref(), &keys, req.owner).await },
-                            |()| async {},
-                        )
-                        .await;
-                        e
-                    }
+                    Err(e) => e,
                 }
             }
             Err(e) => {
