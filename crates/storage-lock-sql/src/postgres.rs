@@ -329,7 +329,6 @@ struct Statements {
     acquire_reentrant: String,
     acquire_many: String,
     acquire_any: String,
-    acquire_one_of: String,
     held_of_any: String,
     busy_of_many: String,
     mark: String,
@@ -448,22 +447,6 @@ impl Statements {
              ), n AS (SELECT count(*) AS n FROM taken)
              {grants_of_taken}$9{divide_unless_all} FROM taken, n"
         );
-        // `acquire_any` for one key, without the count: one free key of $1 (as `cand` finds
-        // it: the scan stops at the first), written as `acquire_many` writes its keys. No row:
-        // none was free in the snapshot, or the one found was taken after it (its conflict
-        // branch refused it); `held_of_any` then says which.
-        let acquire_one_of = format!(
-            "WITH taken AS (
-                INSERT INTO {t} AS cur ({COLUMNS})
-                SELECT r.k, {fresh_row}
-                  FROM unnest($1::text[]) AS r(k)
-                 WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE lock_key = r.k
-                                      AND count > 0 AND expires_at > {NOW})
-                 LIMIT 1
-                {take_free_rows}
-             )
-             {grant} FROM taken"
-        );
         let mut ddl = Vec::new();
         if let Some(s) = schema {
             ddl.push(format!("CREATE SCHEMA IF NOT EXISTS {s}"));
@@ -573,7 +556,6 @@ impl Statements {
                  {grants_of_taken}cardinality($1::text[]){divide_unless_all} FROM taken, n"
             ),
             acquire_any,
-            acquire_one_of,
             // $1 keys (text[]). Every one held: its 1-based position, expiry and the clock. Not
             // marked (`mark` is for the key a waiter then waits on).
             held_of_any: format!(
@@ -995,13 +977,10 @@ crate::primitives::impl_sql_storage! { PostgresStorage {
         };
         for _ in 0..SWEPT_RETRIES {
             let mut c = self.conns.get().await.map_err(err("acquire"))?;
-            let rows = if need == 1 {
-                bind_request(query(&self.sql.acquire_one_of).bind(keys), req)
-            } else {
-                bind_request(query(&self.sql.acquire_any).bind(keys), req).bind(asked)
-            }
-            .fetch_all(c.conn())
-            .await;
+            let rows = bind_request(query(&self.sql.acquire_any).bind(keys), req)
+                .bind(asked)
+                .fetch_all(c.conn())
+                .await;
             c.keep_if(&rows);
             match rows {
                 Ok(rows) if !rows.is_empty() => {

@@ -544,8 +544,8 @@ async fn server_restart_keeps_fencing() {
 /// A semaphore's one-statement attempt (`acquire_any`) whose candidate key is taken after its
 /// snapshot: held at a `BEFORE INSERT` trigger (on its own rows only) until another owner has
 /// taken its first candidate, it must write nothing of that attempt and take the next free
-/// keys instead. Without the undo, it would return one grant where two were asked. For one
-/// key (`acquire_one_of`, which has no undo to do), the refused candidate makes it look again.
+/// keys instead. Without the undo, it would return one grant where two were asked (for one
+/// key, it would return none although three were free).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_at_any_keys_takes_others_when_a_candidate_is_taken_meanwhile() {
     assert_eq!(attempt_whose_candidate_is_taken(2, "sl_any").await, [1, 2]);

@@ -64,8 +64,8 @@
 //! ([`crate::Primitives::write_all`]: etcd, ZooKeeper, DynamoDB), k acquisitions on the
 //! others. A semaphore's attempt is one [`crate::Storage::acquire_any`] call over its slots
 //! from a random one on: one round trip on a storage that overrides it (memory, Redis,
-//! PostgreSQL; one transaction on SQLite and MySQL) however many permits are out, one request
-//! per slot looked at on the others.
+//! PostgreSQL) however many permits are out, one request per slot looked at on the others
+//! (several permits at once: one transaction on SQLite and MySQL).
 //! When every slot is out it waits for releases on at most [`WATCHED_SLOTS`] slots at once
 //! (the ones the storage said end soonest) and looks at all slots again at least every
 //! [`RESCAN`]. An RW lock's read is the same call with the gate: one round trip on memory and

@@ -82,9 +82,8 @@ pub fn order_name(name: &str) -> String {
 ///
 /// # Cost
 /// A read is one [`crate::Storage::acquire_any`] call with the gate (one round trip on memory
-/// and Redis, one transaction on SQLite; elsewhere the slot, in one round trip on PostgreSQL,
-/// one transaction on MySQL or one request per slot looked at, then a read of the gate) and a
-/// release one; more when a writer holds or waits, or every slot is taken (the first read of
+/// and Redis, one transaction on SQLite; elsewhere the slot, in one round trip on PostgreSQL
+/// or one request per slot looked at, then a read of the gate) and a release one; more when a writer holds or waits, or every slot is taken (the first read of
 /// a name in a process also reads, or writes, the readers' limit). A write is
 /// one acquisition and one read of the readers' limit; once readers have used the name, also
 /// one read of each of the `max_readers` slots (in parallel) and two more round trips for each
