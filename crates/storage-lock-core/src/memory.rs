@@ -365,12 +365,10 @@ impl Storage for MemoryStorage {
     ) -> Result<AcquireAnyOutcome, StorageError> {
         let now = self.clock.now();
         let mut table = self.table();
-        // A gate without a record (never held, or swept) passes with the fencing floor: at
-        // least the token of any hold it ever had.
-        let gate = match gate.map(|g| table.current(g)) {
-            Some(Some(g)) if g.count > 0 => return Ok(AcquireAnyOutcome::GateHeld),
-            Some(Some(g)) => g.fencing,
-            Some(None) => table.floor(),
+        let gate = match gate.map(|g| ops::decide_gate(table.current(g))) {
+            Some(ops::GateDecision::Held) => return Ok(AcquireAnyOutcome::GateHeld),
+            Some(ops::GateDecision::Passes(token)) => token,
+            Some(ops::GateDecision::PassesWithFloor) => table.floor(),
             None => 0,
         };
         let (mut free, mut busy) = (Vec::with_capacity(need), Vec::new());

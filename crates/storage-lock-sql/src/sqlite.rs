@@ -44,7 +44,7 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{Row, query};
-use storage_lock_core::storage::ops::FENCING_FLOOR_KEY;
+use storage_lock_core::storage::ops::{FENCING_FLOOR_KEY, GateDecision, decide_gate};
 use storage_lock_core::storage::url::{DriverUrl, allow_volatile, percent_decode};
 use storage_lock_core::{
     AcquireAnyOutcome, AcquireManyOutcome, AcquireOutcome, AcquireRequest, Capabilities,
@@ -449,14 +449,17 @@ impl SqliteStorage {
                 .bind(gate)
                 .fetch_optional(&mut *tx)
                 .await?;
-            match record(gate, row) {
-                Ok(Some(g)) if g.record.count > 0 => {
+            let gate = match record(gate, row) {
+                Ok(gate) => gate,
+                Err(e) => return Ok(Err(e)),
+            };
+            match decide_gate(gate.as_ref().map(|g| &g.record)) {
+                GateDecision::Held => {
                     tx.rollback().await?;
                     return Ok(Ok(AcquireAnyOutcome::GateHeld));
                 }
-                Ok(Some(g)) => gate_token = g.record.fencing,
-                // No record (never held, or swept): the floor, at least any token it had.
-                Ok(None) => {
+                GateDecision::Passes(token) => gate_token = token,
+                GateDecision::PassesWithFloor => {
                     let row = query(&self.sql.get)
                         .bind(FENCING_FLOOR_KEY)
                         .fetch_optional(&mut *tx)
@@ -466,7 +469,6 @@ impl SqliteStorage {
                         Err(e) => return Ok(Err(e)),
                     }
                 }
-                Err(e) => return Ok(Err(e)),
             }
         }
         let (mut taken, mut busy) = (Vec::with_capacity(need), Vec::new());

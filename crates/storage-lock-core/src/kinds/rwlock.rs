@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use crate::contract::{AcquireOptions, LockError, Wait};
 use crate::engine::StorageLock;
 use crate::hold::LockHandle;
-use crate::storage::{Storage, StorageExt};
+use crate::storage::{Storage, gate_token};
 
 use super::fair::FairLock;
 use super::semaphore::{Permit, Refused, Semaphore, slot_name};
@@ -83,8 +83,9 @@ pub fn order_name(name: &str) -> String {
 /// # Cost
 /// A read is one [`crate::Storage::acquire_any`] call with the gate (one round trip on memory
 /// and Redis, one transaction on SQLite; elsewhere the slot, in one round trip on PostgreSQL
-/// or one request per slot looked at, then a read of the gate) and a release one; more when a writer holds or waits, or every slot is taken (the first read of
-/// a name in a process also reads, or writes, the readers' limit). A write is
+/// or one request per slot looked at, then a read of the gate) and a release one; more when a
+/// writer holds or waits, or every slot is taken (the first read of a name in a process also
+/// reads, or writes, the readers' limit). A write is
 /// one acquisition and one read of the readers' limit; once readers have used the name, also
 /// one read of each of the `max_readers` slots (in parallel) and two more round trips for each
 /// slot a reader holds. So a name no reader uses costs what the exclusive lock costs, plus one
@@ -304,25 +305,15 @@ impl<S: Storage + ?Sized> RwLock<S> {
                             return Err(e.into());
                         }
                     };
-                    match gate {
-                        // No record (never held, or swept): the floor is at least any token
-                        // the gate ever had.
-                        None => {
-                            let token = match self.locks.storage().fencing_floor().await {
-                                Ok(floor) => floor,
-                                Err(e) => {
-                                    let _ = permit.release().await;
-                                    return Err(e.into());
-                                }
-                            };
-                            return Ok(Some(ReadGuard { permit, token }));
+                    let storage = &**self.locks.storage();
+                    match gate_token(storage, gate.as_ref().map(|g| &g.record)).await {
+                        Ok(Some(token)) => return Ok(Some(ReadGuard { permit, token })),
+                        // Held. A failed release leaves the slot to lapse at its lease's end.
+                        Ok(None) => drop(permit.release().await),
+                        Err(e) => {
+                            let _ = permit.release().await;
+                            return Err(e.into());
                         }
-                        Some(g) if g.record.count == 0 => {
-                            let token = g.record.fencing;
-                            return Ok(Some(ReadGuard { permit, token }));
-                        }
-                        // A failed release leaves the slot to lapse at its lease's end.
-                        Some(_) => drop(permit.release().await),
                     }
                 }
             }

@@ -502,12 +502,8 @@ pub(super) async fn acquire_any<S: Storage + ?Sized>(
     let Some(gate) = gate else {
         return Ok(AcquireAnyOutcome::Acquired { taken, gate: 0 });
     };
-    // A gate without a record (never held, or swept) passes with the fencing floor: at least
-    // the token of any hold it ever had.
     let passed = match s.get(gate).await {
-        Ok(None) => crate::StorageExt::fencing_floor(s).await.map(Some),
-        Ok(Some(g)) if g.record.count == 0 => Ok(Some(g.record.fencing)),
-        Ok(Some(_)) => Ok(None),
+        Ok(stored) => gate_token(s, stored.as_ref().map(|g| &g.record)).await,
         Err(e) => Err(e),
     };
     match passed {
@@ -516,6 +512,19 @@ pub(super) async fn acquire_any<S: Storage + ?Sized>(
             give_back_taken(s, keys, &taken, req.owner).await;
             refused.map(|_| AcquireAnyOutcome::GateHeld)
         }
+    }
+}
+
+/// The token a reader passes the gate `record` with ([`ops::decide_gate`]; the fencing floor
+/// read when it has no record), or `None` when it is held.
+pub(crate) async fn gate_token<S: Storage + ?Sized>(
+    s: &S,
+    record: Option<&LockRecord>,
+) -> Result<Option<u64>, StorageError> {
+    match ops::decide_gate(record) {
+        ops::GateDecision::Held => Ok(None),
+        ops::GateDecision::Passes(token) => Ok(Some(token)),
+        ops::GateDecision::PassesWithFloor => crate::StorageExt::fencing_floor(s).await.map(Some),
     }
 }
 

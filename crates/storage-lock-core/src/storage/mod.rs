@@ -22,6 +22,7 @@
 mod capabilities;
 mod change;
 mod defaults;
+pub(crate) use defaults::gate_token;
 pub mod encoding;
 mod error;
 pub mod observed;

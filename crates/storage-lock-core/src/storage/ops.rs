@@ -212,6 +212,36 @@ pub fn decide_renew(
         .map(|_| now.saturating_add(lease))
 }
 
+/// How a reader-writer lock's gate is passed ([`decide_gate`], for
+/// [`crate::Storage::acquire_any`] with a gate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateDecision {
+    /// The gate has a holder (live or expired): nothing is taken.
+    Held,
+    /// Free: the reader passes with this token (the record's).
+    Passes(u64),
+    /// No record (never held, or deleted by a sweep): the reader passes with the fencing floor,
+    /// which a sweep raises above every token it deletes, so it is at least any token the gate
+    /// ever had.
+    PassesWithFloor,
+}
+
+/// The gate rule: a gate whose record has a holder (count above 0, expired or not) is held; a
+/// free record passes readers with its token; no record, with the fencing floor.
+///
+/// # Examples
+/// ```
+/// use storage_lock_core::storage::ops::{GateDecision, decide_gate};
+/// assert_eq!(decide_gate(None), GateDecision::PassesWithFloor);
+/// ```
+pub fn decide_gate(gate: Option<&LockRecord>) -> GateDecision {
+    match gate {
+        Some(g) if g.count > 0 => GateDecision::Held,
+        Some(g) => GateDecision::Passes(g.fencing),
+        None => GateDecision::PassesWithFloor,
+    }
+}
+
 /// What [`decide_release`] changes: the record keeps everything else (fencing token included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Release {
